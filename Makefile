@@ -1,0 +1,50 @@
+# tfamp_rewrite — every target installs what it needs; nothing is done by hand.
+#
+#   make demo    run the main demo (creates .venv and installs on first use)
+#   make test    lint + the whole test suite (what CI runs)
+#   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
+#
+# Another TensorFlow for a compatibility run, in its own virtualenv:
+#   make test VENV=.venv-tf221 TF_PACKAGE="tensorflow-cpu==2.21.0 tf-keras"
+
+PYTHON     ?= python3
+VENV       ?= .venv
+TF_PACKAGE ?= tensorflow-cpu==2.15.1
+PY         := $(VENV)/bin/python
+PIP        := $(PY) -m pip
+# What the installed environment was made from; a change reinstalls.
+DEPS_KEY   := $(TF_PACKAGE) | $(shell cat setup.py | cksum)
+STAMP      := $(VENV)/.tfamp-deps
+PYTEST_ARGS ?=
+
+export TF_CPP_MIN_LOG_LEVEL ?= 1
+
+.PHONY: venv op lint test demo bench clean
+
+venv:
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if [ "$$(cat $(STAMP) 2>/dev/null)" != "$(DEPS_KEY)" ]; then \
+	  echo "installing $(TF_PACKAGE) and the package into $(VENV)"; \
+	  $(PIP) install -q --upgrade pip setuptools wheel && \
+	  $(PIP) install -q $(TF_PACKAGE) -e ".[test]" && \
+	  echo "$(DEPS_KEY)" > $(STAMP); \
+	fi
+
+op: venv
+	$(PY) -m tfamp_rewrite.fused_op_build
+
+lint: venv
+	$(PY) -m ruff check tfamp_rewrite tests benchmarks examples setup.py
+	$(PY) -m vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
+
+test: venv op lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv op
+	$(PY) examples/demo.py
+
+bench: venv op
+	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache out
