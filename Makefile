@@ -34,7 +34,7 @@ op: venv
 	$(PY) -m tfamp_rewrite.fused_op_build
 
 lint: venv
-	$(PY) -m ruff check tfamp_rewrite tests benchmarks examples setup.py
+	$(PY) -m ruff check tfamp_rewrite tests setup.py $(wildcard benchmarks examples)
 	$(PY) -m vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
 
 test: venv op lint

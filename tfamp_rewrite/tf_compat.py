@@ -1,0 +1,98 @@
+"""The few places where TensorFlow 1.15 and 2.x differ, hidden behind small functions.
+
+* ``lookup_op_def(op)``: the registered OpDef of an op type (ops loaded with
+  ``tf.load_op_library`` included), or None.
+* ``KernelIndex``: which kernels are registered for an op and device type, so the
+  rewrite can ask "does this node have a float16 kernel on the target device?" the way
+  Grappler's ``IsKernelRegisteredForNode`` does.
+"""
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+from tensorflow.python.framework import op_def_registry
+
+try:  # TensorFlow >= 1.14
+    from tensorflow.python.framework import kernels as _kernels
+except ImportError:  # pragma: no cover - very old TensorFlow
+    _kernels = None
+
+
+def lookup_op_def(op_type: str):
+    """Returns the OpDef registered for ``op_type``, or None when it is unknown."""
+    get = getattr(op_def_registry, "get", None)
+    if get is not None:  # TF >= 2.2 reads the C++ registry directly
+        return get(op_type)
+    return op_def_registry.get_registered_ops().get(op_type)  # TF 1.15
+
+
+# One registered kernel: its device type, attr constraints and label.
+_Kernel = Tuple[str, Tuple[Tuple[str, FrozenSet[int]], ...], str]
+
+
+class KernelIndex:
+    """Answers whether a kernel is registered for an op with given type attributes.
+
+    Mirrors ``IsKernelRegisteredForNode``: a kernel matches when its device type is the
+    asked one and every constraint (``attr in allowed types``) holds for the node's
+    attribute values; nodes carrying a ``_kernel`` label only match kernels with that
+    label.  For non-CPU devices, kernels registered for ``DEFAULT`` count too.
+    """
+
+    def __init__(self):
+        self._by_op: Dict[str, List[_Kernel]] = {}
+        self._device_types: Optional[FrozenSet[str]] = None
+
+    @staticmethod
+    def available() -> bool:
+        """True when this TensorFlow exposes its kernel registry to Python."""
+        return _kernels is not None
+
+    def kernels(self, op_type: str) -> List[_Kernel]:
+        cached = self._by_op.get(op_type)
+        if cached is None:
+            cached = []
+            if _kernels is not None:
+                for kdef in _kernels.get_registered_kernels_for_op(op_type).kernel:
+                    constraints = tuple(
+                        (c.name, frozenset(c.allowed_values.list.type))
+                        for c in kdef.constraint
+                    )
+                    cached.append((kdef.device_type, constraints, kdef.label))
+            self._by_op[op_type] = cached
+        return cached
+
+    def constraint_attrs(self, op_type: str) -> Tuple[str, ...]:
+        """Names of the attributes any kernel of ``op_type`` constrains."""
+        names = {name for _, constraints, _ in self.kernels(op_type) for name, _ in constraints}
+        return tuple(sorted(names))
+
+    def has_kernel(self, op_type: str, device_type: str, attr_values: Dict[str, object],
+                   label: str = "") -> bool:
+        """True if a kernel of ``op_type`` on ``device_type`` accepts ``attr_values``.
+
+        ``attr_values`` maps attribute names to a DataType int or a tuple of them.
+        """
+        devices = (device_type,) if device_type == "CPU" else (device_type, "DEFAULT")
+        for kernel_device, constraints, kernel_label in self.kernels(op_type):
+            if kernel_device not in devices or kernel_label != label:
+                continue
+            if all(_satisfies(attr_values.get(name), allowed) for name, allowed in constraints):
+                return True
+        return False
+
+    def device_has_kernels(self, device_type: str) -> bool:
+        """True if this TensorFlow build registers compute kernels for ``device_type``.
+
+        tensorflow-cpu registers a handful of GPU kernels (Identity, control flow,
+        datasets) but no math: MatMul is the witness.
+        """
+        return any(device == device_type for device, _, _ in self.kernels("MatMul"))
+
+
+def _satisfies(value, allowed: FrozenSet[int]) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, tuple):
+        return all(v in allowed for v in value)
+    return value in allowed
