@@ -83,7 +83,8 @@ def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "lat
 
 def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = (),
                       dtype: str = "float16", target: str = "gpu", compat: str = "latest",
-                      lists: ListsOverride = None) -> RewriteResult:
+                      lists: ListsOverride = None, op_types_to_exclude: Iterable[str] = (),
+                      nodes_to_exclude: Iterable[str] = ()) -> RewriteResult:
     """Returns a mixed-precision copy of ``graph_def`` and the report of every decision.
 
     Args:
@@ -97,6 +98,8 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
       lists: an ``OpLists`` replacing the lists, or a mapping of edits such as
         ``{"deny_add": ["Tanh"], "clear_remove": ["Relu"]}`` applied after the
         environment variables.
+      op_types_to_exclude, nodes_to_exclude: op types and node names left exactly as
+        they are (like fetches; unlike deny-listing, nothing downstream is affected).
 
     Raises:
       ValueError: bad arguments, conflicting op lists, or a fetch/feed not in the graph.
@@ -105,8 +108,12 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
     options = make_options(dtype, target, compat, lists)
     output = graph_pb2.GraphDef()
     output.CopyFrom(graph_def)
-    preserved = _preserved(output, fetches, "fetch")
-    preserved.update(_preserved(output, feeds, "feed"))
+    preserved = _preserved(output, nodes_to_exclude, "node to exclude", "excluded by name")
+    preserved.update(_preserved(output, feeds, "feed", "preserved: feed"))
+    preserved.update(_preserved(output, fetches, "fetch", "preserved: fetch"))
+    excluded_ops = frozenset(op_types_to_exclude)
+    preserved.update({node.name: "excluded: op type %s" % node.op
+                      for node in output.node if node.op in excluded_ops})
     report = rewrite_in_place(output, preserved, options)
     report.functions = rewrite_library(output, options)
     return RewriteResult(output, report)
@@ -180,8 +187,8 @@ def _stateful_nodes(graph_def, lookup) -> Dict[str, str]:
     return result
 
 
-def _preserved(graph_def, names: Iterable, role: str) -> Dict[str, str]:
-    """Node names of fetches / feeds, validated against the graph."""
+def _preserved(graph_def, names: Iterable, role: str, reason: str) -> Dict[str, str]:
+    """``{node name: reason}`` for fetches / feeds / exclusions, validated against the graph."""
     if isinstance(names, (str, bytes)) or hasattr(names, "name"):
         names = [names]
     known = {node.name for node in graph_def.node}
@@ -196,7 +203,7 @@ def _preserved(graph_def, names: Iterable, role: str) -> Dict[str, str]:
         if node not in known:
             raise ValueError("%s %r is not a node of the graph; pass node or tensor names such "
                              "as 'logits' or 'logits:0'" % (role, text))
-        result[node] = "preserved: %s" % role
+        result[node] = reason
     return result
 
 
