@@ -57,3 +57,133 @@ def conv_net(batch=8, size=16, classes=10, optimizer="momentum") -> ModelGraph:
                 "labels:0": rng.integers(0, classes, batch).astype(np.int32)}
 
     return _finish(graph, ["train_op", "loss", "output"], ["images", "labels"], feed_values)
+
+
+class control_flow_v1:
+    """Context manager: build with TF1 control flow (Enter/Merge/Switch/NextIteration)."""
+
+    def __enter__(self):
+        self._was_v2 = tf1.control_flow_v2_enabled()
+        tf1.disable_control_flow_v2()
+
+    def __exit__(self, *exc):
+        if self._was_v2:
+            tf1.enable_control_flow_v2()
+
+
+def lstm_classifier(batch=4, steps=6, features=8, units=16, classes=3) -> ModelGraph:
+    """``tf.compat.v1.nn.dynamic_rnn`` LSTM under control flow v1, Adam."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        tf1.set_random_seed(2)
+        inputs = tf1.placeholder(tf.float32, [batch, steps, features], name="sequences")
+        labels = tf1.placeholder(tf.int32, [batch], name="labels")
+        cell = tf1.nn.rnn_cell.LSTMCell(units, name="lstm")
+        outputs, _ = tf1.nn.dynamic_rnn(cell, inputs, dtype=tf.float32)
+        logits = tf1.layers.dense(outputs[:, -1], classes, name="logits")
+        loss = tf.identity(tf1.losses.sparse_softmax_cross_entropy(labels, logits), name="loss")
+        tf1.train.AdamOptimizer(0.01).minimize(loss, name="train_op")
+        tf.identity(logits, name="output")
+
+    def feed_values(rng):
+        return {"sequences:0": rng.standard_normal((batch, steps, features)).astype(np.float32),
+                "labels:0": rng.integers(0, classes, batch).astype(np.int32)}
+
+    return _finish(graph, ["train_op", "loss", "output"], ["sequences", "labels"], feed_values)
+
+
+def transformer_block(batch=2, length=8, width=16, heads=2) -> ModelGraph:
+    """Multi-head self-attention + layer norm + feed-forward, Adam."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.set_random_seed(3)
+        x = tf1.placeholder(tf.float32, [batch, length, width], name="tokens")
+        target = tf1.placeholder(tf.float32, [batch, length, width], name="target")
+
+        def dense(t, units, name, activation=None):
+            return tf1.layers.dense(t, units, activation=activation, name=name)
+
+        def split_heads(t):
+            return tf.transpose(tf.reshape(t, [batch, length, heads, width // heads]), [0, 2, 1, 3])
+
+        def layer_norm(t, name):
+            with tf1.variable_scope(name):
+                mean, variance = tf.nn.moments(t, axes=[-1], keepdims=True)
+                gamma = tf1.get_variable("gamma", [width], initializer=tf1.ones_initializer())
+                beta = tf1.get_variable("beta", [width], initializer=tf1.zeros_initializer())
+                return (t - mean) * tf.math.rsqrt(variance + 1e-6) * gamma + beta
+
+        q, k, v = (split_heads(dense(x, width, n)) for n in ("query", "key", "value"))
+        scores = tf.matmul(q, k, transpose_b=True) / np.sqrt(width // heads).astype(np.float32)
+        attention = tf.matmul(tf.nn.softmax(scores, name="attention_weights"), v)
+        merged = tf.reshape(tf.transpose(attention, [0, 2, 1, 3]), [batch, length, width])
+        h = layer_norm(x + dense(merged, width, "attention_output"), "ln1")
+        ff = dense(dense(h, 4 * width, "ffn_in", tf.nn.relu), width, "ffn_out")
+        out = tf.identity(layer_norm(h + ff, "ln2"), name="output")
+        loss = tf.reduce_mean(tf.square(out - target), name="loss")
+        tf1.train.AdamOptimizer(1e-3).minimize(loss, name="train_op")
+
+    def feed_values(rng):
+        return {"tokens:0": rng.standard_normal((batch, length, width)).astype(np.float32),
+                "target:0": rng.standard_normal((batch, length, width)).astype(np.float32)}
+
+    return _finish(graph, ["train_op", "loss", "output"], ["tokens", "target"], feed_values)
+
+
+def while_loop(v2=False, size=8, iterations=3) -> ModelGraph:
+    """``tf.while_loop`` repeatedly applying MatMul + Tanh (control flow v1 or v2)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        flow = _nullcontext() if v2 else control_flow_v1()
+        with flow:
+            x = tf1.placeholder(tf.float32, [size, size], name="x")
+            w = tf.constant(np.eye(size, dtype=np.float32) * 0.5, name="w")
+            _, y = tf.while_loop(lambda i, h: i < iterations,
+                                 lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w)) + 0.1),
+                                 [tf.constant(0), x])
+            tf.identity(tf.nn.relu(tf.matmul(y, w)), name="output")
+
+    def feed_values(rng):
+        return {"x:0": rng.standard_normal((size, size)).astype(np.float32)}
+
+    return _finish(graph, ["output"], ["x"], feed_values)
+
+
+def function_call(size=8) -> ModelGraph:
+    """A non-inlined Defun (MatMul + Tanh) called from the graph, then a MatMul."""
+    from tensorflow.python.framework import function
+
+    graph = tf.Graph()
+    with graph.as_default():
+        @function.Defun(tf.float32, tf.float32)
+        def mm_tanh(a, b):
+            return tf.tanh(tf.matmul(a, b))
+
+        x = tf1.placeholder(tf.float32, [size, size], name="x")
+        w = tf.constant(np.eye(size, dtype=np.float32), name="w")
+        y = mm_tanh(x, w, name="call")
+        y.set_shape([size, size])
+        tf.identity(tf.matmul(y, w, name="mm"), name="output")
+
+    def feed_values(rng):
+        return {"x:0": rng.standard_normal((size, size)).astype(np.float32)}
+
+    return _finish(graph, ["output"], ["x"], feed_values)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+MODELS = {
+    "conv_net_momentum": conv_net,
+    "lstm_dynamic_rnn_cf_v1": lstm_classifier,
+    "transformer_adam": transformer_block,
+    "while_loop_cf_v1": while_loop,
+    "while_loop_cf_v2": lambda: while_loop(v2=True),
+    "function_call": function_call,
+}

@@ -353,12 +353,16 @@ def _reads_reference_variable(view: GraphView, node: int) -> bool:
     return False
 
 
-def rules_for(compat: str, force_all: bool = False) -> PaintRules:
-    """The PaintRules of a ``compat`` name (see op_lists.COMPATS)."""
+def rules_for(compat: str, dtype: str = "float16", force_all: bool = False) -> PaintRules:
+    """The PaintRules of a ``compat`` name (see op_lists.COMPATS) and target dtype.
+
+    Infer-after-allow (P4) arrived for bfloat16 (oneDNN) first; TF 2.15 applies it there
+    only, newer TensorFlow in every mode.
+    """
     if compat == "tf1.15":
         return PaintRules(infer_after_allow=False, remove_unsupported_allow=False,
                           data_structures="stack_tensor_array", force_all=force_all)
     if compat == "tf2.15":
-        return PaintRules(infer_after_allow=False, force_all=force_all)
+        return PaintRules(infer_after_allow=dtype == "bfloat16", force_all=force_all)
     return PaintRules(force_all=force_all)
 

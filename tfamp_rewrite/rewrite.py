@@ -78,7 +78,7 @@ def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "lat
                          "used with dtype='bfloat16' (many ops lack bfloat16 kernels); unset it")
     return RewriteOptions(dtype=dtype, target=target, compat=compat,
                           lists=effective_lists(dtype, compat, lists, environ),
-                          rules=rules_for(compat, force_all=level == "UNSAFE_FORCE_ALL"))
+                          rules=rules_for(compat, dtype, force_all=level == "UNSAFE_FORCE_ALL"))
 
 
 def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = (),

@@ -73,7 +73,7 @@ class KernelIndex:
 
         ``attr_values`` maps attribute names to a DataType int or a tuple of them.
         """
-        devices = (device_type,) if device_type == "CPU" else (device_type, "DEFAULT")
+        devices = (device_type, "DEFAULT")
         for kernel_device, constraints, kernel_label in self.kernels(op_type):
             if kernel_device not in devices or kernel_label != label:
                 continue
