@@ -158,3 +158,20 @@ def dtype_differences(original, ours, theirs):
 def count_casts(graph_def, original):
     names = {n.name for n in original.node}
     return sum(1 for n in graph_def.node if n.op == "Cast" and n.name not in names)
+
+
+def function_dtype_differences(ours, theirs):
+    """Like ``dtype_differences`` for the bodies of the functions both libraries hold."""
+    theirs_by_name = {f.signature.name: f for f in theirs.library.function}
+    differences = []
+    for function in ours.library.function:
+        other = theirs_by_name[function.signature.name]
+        other_nodes = {n.name: n for n in other.node_def}
+        for node in function.node_def:
+            if node.name not in other_nodes:
+                continue  # a Cast only one side added; cast counts are compared separately
+            mine, their = type_attrs(node), type_attrs(other_nodes[node.name])
+            for attr in set(mine) | set(their):
+                if mine.get(attr) != their.get(attr):
+                    differences.append((function.signature.name, node.name, attr))
+    return differences

@@ -188,13 +188,4 @@ class ReportBuilder:
                     None)
         if category == "allow":
             return ("allow_not_converted", "allow op left float32", None)
-        # infer: explain with the input that is float32 because of a deny path, if any
-        for src in view.fanin[vertex]:
-            if src in self.paint.deny:
-                _, sentence, related = self._deny_reason(src, view.vertex_node[src])
-                src_name = self._name(src)
-                return ("infer_blocked", "infer op; input %r is float32 because it is %s" % (
-                    src_name, sentence if sentence.startswith("on ") else "deny (" + sentence + ")"),
-                    src_name)
-        return ("infer_not_between", "infer op not between allow ops%s" % (
-            "" if not self.paint.allow else " and not directly after one"), None)
+        return ("infer_not_between", "infer op not between allow ops", None)

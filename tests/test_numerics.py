@@ -1,0 +1,66 @@
+"""The rewritten graphs really compute in half precision, and still compute the same thing."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from graph_runner import run_graph
+from model_graphs import conv_net, transformer_block
+
+from tfamp_rewrite import rewrite_graph_def
+
+tf1 = tf.compat.v1
+
+
+def overflow_probe_graph():
+    """``[1, 4] x [4, 1]`` of 2**10: 4 * 2**20 is finite in float32, inf in float16."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full([1, 4], 2.0 ** 10, np.float32), name="x")
+        w = tf.constant(np.full([4, 1], 2.0 ** 10, np.float32), name="w")
+        tf.identity(tf.matmul(x, w, name="matmul"), name="out")
+    return graph.as_graph_def()
+
+
+def test_rewrite_runs_matmul_in_half():
+    graph_def = overflow_probe_graph()
+    rewritten = rewrite_graph_def(graph_def, fetches=["out"], target="cpu").graph_def
+    assert np.isinf(run_graph(rewritten, "out:0")).all()
+    assert np.isfinite(run_graph(graph_def, "out:0")).all()
+
+
+def test_gpu_target_leaves_cpu_placed_nodes_in_float32():
+    graph_def = overflow_probe_graph()
+    for node in graph_def.node:
+        node.device = "/device:CPU:0"
+    result = rewrite_graph_def(graph_def, fetches=["out"], target="gpu")
+    assert result.report.nodes_converted == 0
+    assert np.isfinite(run_graph(result.graph_def, "out:0")).all()
+
+
+@pytest.mark.parametrize("dtype,tolerance", [("float16", 2e-2), ("bfloat16", 1e-1)])
+def test_conv_net_matches_float32_within_half_tolerance(dtype, tolerance):
+    """Forward pass and a few training steps of the rewritten conv net track the fp32 graph."""
+    model = conv_net()
+    rewritten = rewrite_graph_def(model.graph_def, fetches=model.fetches, feeds=model.feeds,
+                                  target="cpu", dtype=dtype).graph_def
+    feeds = model.feed_values(np.random.default_rng(0))
+    fetches = ["output:0", "loss:0"]
+    reference = run_graph(model.graph_def, fetches, feeds, init="init")
+    mixed = run_graph(rewritten, fetches, feeds, init="init")
+    scale = np.abs(reference[0]).max()
+    assert np.abs(mixed[0] - reference[0]).max() <= tolerance * scale
+    assert mixed[1] == pytest.approx(reference[1], rel=tolerance)
+    trained_reference = run_graph(model.graph_def, "loss:0", feeds, "init", "train_op", steps=5)
+    trained_mixed = run_graph(rewritten, "loss:0", feeds, "init", "train_op", steps=5)
+    assert trained_mixed < reference[1]  # training still makes progress
+    assert trained_mixed == pytest.approx(trained_reference, rel=5 * tolerance)
+
+
+def test_transformer_block_matches_float32():
+    model = transformer_block()
+    rewritten = rewrite_graph_def(model.graph_def, fetches=model.fetches, feeds=model.feeds,
+                                  target="cpu").graph_def
+    feeds = model.feed_values(np.random.default_rng(1))
+    reference = run_graph(model.graph_def, "output:0", feeds, init="init")
+    mixed = run_graph(rewritten, "output:0", feeds, init="init")
+    assert mixed.dtype == np.float32  # fetches keep their dtype
+    np.testing.assert_allclose(mixed, reference, atol=3e-2, rtol=3e-2)
