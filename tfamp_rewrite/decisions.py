@@ -6,7 +6,7 @@ deny, left the allow set again, and otherwise the reason its list gives.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import painter as rules
 from .casts import AppliedPaint, is_variable_read
@@ -34,20 +34,22 @@ class ReportBuilder:
         self.paint = paint
         self.applied = applied
         self.word = dtype_name(target_dtype)
+        self._categories: Dict[str, Optional[str]] = {}
 
     def build(self, report: RewriteReport) -> RewriteReport:
         view = self.view
         report.nodes_total = len(view.nodes)
         for node in range(len(view.nodes)):
-            decision = self.decide(node)
+            floats = self._float_vertices(node)
+            decision = self.decide(node, floats)
             report.decisions.append(decision)
             counts = report.op_counts.setdefault(decision.op, {"total": 0, "converted": 0})
             counts["total"] += 1
             if self.eligible[node]:
                 report.nodes_processable += 1
-                if decision.category in ("allow", "infer", "clear") and self._float_vertices(node):
+                if floats and decision.category in ("allow", "infer", "clear"):
                     report.nodes_recognized += 1
-                if decision.category == "deny" and self._float_vertices(node):
+                if floats and decision.category == "deny":
                     report.deny_nodes_blocking += 1
             if decision.converted:
                 counts["converted"] += 1
@@ -74,26 +76,31 @@ class ReportBuilder:
         return report
 
     # -- one node -------------------------------------------------------------------
-    def decide(self, node: int) -> NodeDecision:
+    def decide(self, node: int, floats: Optional[List[int]] = None) -> NodeDecision:
+        """The decision for one node (``floats``: its float32 type-attribute vertices)."""
         view = self.view
-        nodedef = view.nodes[node]
-        category = self.lists.category(view.ops[node])
+        op = view.ops[node]
+        if floats is None:
+            floats = self._float_vertices(node)
+        category = self._categories.get(op, False)
+        if category is False:
+            category = self._categories[op] = self.lists.category(op)
         converted = node in self.applied.converted_nodes
-        rule, reason, related = self._reason(node, category, converted)
-        return NodeDecision(name=nodedef.name, op=view.ops[node], dtype=self._dtype_after(node, converted),
-                            reason=reason, category=category, converted=converted,
-                            related=related, rule=rule)
+        rule, reason, related = self._reason(node, category, converted, floats)
+        return NodeDecision(name=view.nodes[node].name, op=op,
+                            dtype=self._dtype_after(node, converted, floats), reason=reason,
+                            category=category, converted=converted, related=related, rule=rule)
 
     def _float_vertices(self, node: int) -> List[int]:
         view = self.view
-        return [v for v in view.vertices[node].values()
-                if view.vertex_dtype[v] == DT_FLOAT and view.vertex_attr[v][0]]
+        dtypes, attrs = view.vertex_dtype, view.vertex_attr
+        return [v for v in view.vertices[node].values() if dtypes[v] == DT_FLOAT and attrs[v][0]]
 
-    def _dtype_after(self, node: int, converted: bool) -> str:
+    def _dtype_after(self, node: int, converted: bool, floats: List[int]) -> str:
         if converted:
             return self.word
         view = self.view
-        if self._float_vertices(node):
+        if floats:
             return "float32"
         for vertex in view.vertices[node].values():
             if view.vertex_attr[vertex][0]:
@@ -105,7 +112,7 @@ class ReportBuilder:
             return None
         return self.view.nodes[self.view.vertex_node[vertex]].name
 
-    def _reason(self, node: int, category: Optional[str], converted: bool) -> Reason:
+    def _reason(self, node: int, category: Optional[str], converted: bool, floats: List[int]) -> Reason:
         view = self.view
         if converted:
             vertex = min(v for v in view.vertices[node].values() if v in self.applied.converted_vertices)
@@ -115,7 +122,6 @@ class ReportBuilder:
                     "library): kept as a float32 boundary" % view.ops[node], None)
         if not self.eligible[node]:
             return ("not_eligible", self.ineligible_reasons[node] or "not eligible", None)
-        floats = self._float_vertices(node)
         if not floats:
             kinds = sorted({dtype_name(view.vertex_dtype[v]) for v in view.vertices[node].values()
                             if view.vertex_attr[v][0]})

@@ -45,12 +45,18 @@ def node_eligibility(nodes, target: str, preserved: Mapping[str, str]
     """``(eligible, reason)`` per NodeDef; ``reason`` says why a node is not eligible."""
     eligible: List[bool] = []
     reasons: List[Optional[str]] = []
+    by_device: Dict[str, Optional[str]] = {}
     for node in nodes:
         reason = preserved.get(node.name)
-        if reason is None and SCOPE_EXCLUDE_ATTR in node.attr and not node.attr[SCOPE_EXCLUDE_ATTR].b:
-            reason = "excluded by auto_mixed_precision_scope"
         if reason is None:
-            reason = _device_reason(node.device, target)
+            attr = node.attr
+            if SCOPE_EXCLUDE_ATTR in attr and not attr[SCOPE_EXCLUDE_ATTR].b:
+                reason = "excluded by auto_mixed_precision_scope"
+            else:
+                device = node.device
+                if device not in by_device:
+                    by_device[device] = _device_reason(device, target)
+                reason = by_device[device]
         eligible.append(reason is None)
         reasons.append(reason)
     return eligible, reasons

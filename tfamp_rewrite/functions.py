@@ -50,6 +50,8 @@ def _output_layout(node, lookup: LookupOpDef) -> List[Tuple[str, int]]:
 def reachable_functions(graph_def) -> List[str]:
     """Names of library functions used by the graph, transitively, in discovery order."""
     library = {f.signature.name: f for f in graph_def.library.function}
+    if not library:
+        return []
     found: Dict[str, None] = {}
     pending = list(_called(graph_def.node, library))
     while pending:

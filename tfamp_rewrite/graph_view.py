@@ -41,8 +41,11 @@ class _OpLayout:
         self.count_attrs = tuple(sorted(
             {spec[2] for spec in self.inputs + self.outputs if spec[2]}
             | {spec[1] for spec in self.inputs + self.outputs if spec[0] == "list"}))
-        self.type_attrs = [(a.name, a.type == "list(type)") for a in op_def.attr
-                           if a.type in ("type", "list(type)")]
+        referenced = {spec[1] for spec in self.inputs + self.outputs if spec[0] != "fixed"}
+        # Type attributes no port refers to (StackV2's elem_type) are vertices of their own.
+        self.portless_attrs = [(a.name, a.type == "list(type)") for a in op_def.attr
+                               if a.type in ("type", "list(type)") and a.name not in referenced
+                               and not a.name.startswith("_")]
         self.type_defaults = {a.name: a.default_value.type for a in op_def.attr
                               if a.type == "type" and a.HasField("default_value")}
         self._expanded: Dict[tuple, tuple] = {}
@@ -57,15 +60,16 @@ class _OpLayout:
 
     def ports(self, attr) -> Tuple[Tuple[TypeAttr, ...], Tuple[TypeAttr, ...], Tuple[TypeAttr, ...]]:
         """``(input TypeAttrs, output TypeAttrs, all vertex TypeAttrs)`` for a node's attrs."""
-        key = tuple(_count_value(attr, name) for name in self.count_attrs)
-        key += tuple(name in attr for name, _ in self.type_attrs)
+        key = tuple(_count_value(attr, name) for name in self.count_attrs) if self.count_attrs else ()
+        if self.portless_attrs:
+            key += tuple(_count_value(attr, name) for name, _ in self.portless_attrs)
         cached = self._expanded.get(key)
         if cached is None:
             ins = _expand(self.inputs, attr)
             outs = _expand(self.outputs, attr)
             vertices = dict.fromkeys(ins + outs)
-            for name, is_list in self.type_attrs:
-                if name.startswith("_") or name not in attr:
+            for name, is_list in self.portless_attrs:
+                if name not in attr:
                     continue
                 if is_list:
                     for i in range(len(attr[name].list.type)):
@@ -78,10 +82,12 @@ class _OpLayout:
 
 
 def _count_value(attr, name):
+    """What decides the ports an attribute yields: its int, its list length, or presence."""
     if name not in attr:
         return None
     value = attr[name]
-    return len(value.list.type) if value.WhichOneof("value") == "list" else value.i
+    kind = value.WhichOneof("value")
+    return len(value.list.type) if kind == "list" else (value.i if kind == "i" else kind)
 
 
 def _expand(specs, attr) -> Tuple[TypeAttr, ...]:
@@ -160,6 +166,11 @@ class GraphView:
             layout = layouts[op]
             data, slots, control = [], [], []
             for slot, text in enumerate(node.input):
+                src = index.get(text)  # the common case: "name", output 0
+                if src is not None:
+                    data.append((src, 0))
+                    slots.append(slot)
+                    continue
                 try:
                     name, port = parse_input(text)
                 except ValueError:

@@ -15,6 +15,8 @@ The input GraphDef is never modified.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass
 from typing import Dict, Iterable, Mapping, Optional
 
@@ -108,12 +110,20 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
     options = make_options(dtype, target, compat, lists)
     output = graph_pb2.GraphDef()
     output.CopyFrom(graph_def)
-    preserved = _preserved(output, nodes_to_exclude, "node to exclude", "excluded by name")
-    preserved.update(_preserved(output, feeds, "feed", "preserved: feed"))
-    preserved.update(_preserved(output, fetches, "fetch", "preserved: fetch"))
+    with _no_cyclic_gc():
+        return _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude)
+
+
+def _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude):
+    """``rewrite_graph_def`` on its private copy ``output``."""
+    known = {node.name for node in output.node}
+    preserved = _preserved(known, nodes_to_exclude, "node to exclude", "excluded by name")
+    preserved.update(_preserved(known, feeds, "feed", "preserved: feed"))
+    preserved.update(_preserved(known, fetches, "fetch", "preserved: fetch"))
     excluded_ops = frozenset(op_types_to_exclude)
-    preserved.update({node.name: "excluded: op type %s" % node.op
-                      for node in output.node if node.op in excluded_ops})
+    if excluded_ops:
+        preserved.update({node.name: "excluded: op type %s" % node.op
+                          for node in output.node if node.op in excluded_ops})
     report = rewrite_in_place(output, preserved, options)
     report.functions = rewrite_library(output, options)
     return RewriteResult(output, report)
@@ -187,11 +197,22 @@ def _stateful_nodes(graph_def, lookup) -> Dict[str, str]:
     return result
 
 
-def _preserved(graph_def, names: Iterable, role: str, reason: str) -> Dict[str, str]:
-    """``{node name: reason}`` for fetches / feeds / exclusions, validated against the graph."""
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """The pass allocates millions of small acyclic objects; cyclic GC would rescan them."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _preserved(known, names: Iterable, role: str, reason: str) -> Dict[str, str]:
+    """``{node name: reason}`` for fetches / feeds / exclusions, validated against ``known``."""
     if isinstance(names, (str, bytes)) or hasattr(names, "name"):
         names = [names]
-    known = {node.name for node in graph_def.node}
     result = {}
     for item in names:
         text = getattr(item, "name", item)

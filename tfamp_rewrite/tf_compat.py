@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Tuple
 
 from tensorflow.python.framework import op_def_registry
 
@@ -41,7 +41,7 @@ class KernelIndex:
 
     def __init__(self):
         self._by_op: Dict[str, List[_Kernel]] = {}
-        self._device_types: Optional[FrozenSet[str]] = None
+        self._constraint_attrs: Dict[str, Tuple[str, ...]] = {}
 
     @staticmethod
     def available() -> bool:
@@ -64,8 +64,12 @@ class KernelIndex:
 
     def constraint_attrs(self, op_type: str) -> Tuple[str, ...]:
         """Names of the attributes any kernel of ``op_type`` constrains."""
-        names = {name for _, constraints, _ in self.kernels(op_type) for name, _ in constraints}
-        return tuple(sorted(names))
+        names = self._constraint_attrs.get(op_type)
+        if names is None:
+            names = tuple(sorted({name for _, constraints, _ in self.kernels(op_type)
+                                  for name, _ in constraints}))
+            self._constraint_attrs[op_type] = names
+        return names
 
     def has_kernel(self, op_type: str, device_type: str, attr_values: Dict[str, object],
                    label: str = "") -> bool:
