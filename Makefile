@@ -37,13 +37,13 @@ lint: venv
 	$(PY) -m ruff check tfamp_rewrite tests setup.py $(wildcard benchmarks examples)
 	$(PY) -m vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
 
-test: venv op lint
+test: venv lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-demo: venv op
+demo: venv
 	$(PY) examples/demo.py
 
-bench: venv op
+bench: venv
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
