@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Set, Tuple
 
-from .dtypes import DT_BFLOAT16, DT_FLOAT, dtype_name
+from .dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF, dtype_name
 from .graph_view import UNKNOWN_ATTR, GraphView
 from .painter import Paint
 
@@ -98,7 +98,9 @@ def _set_dtype(node, type_attr, dtype: int) -> None:
 
 
 def _add_cast(view: GraphView, src: int, port: int, to_dtype: int, taken: Set[str],
-              indexed_names: bool) -> CastRecord:
+              indexed_names: bool, src_dtype: int = None) -> CastRecord:
+    """Adds ``Cast(src:port)`` to ``to_dtype`` to the graph; ``src_dtype`` defaults to the
+    dtype the rewrite gives the producer (float32 when casting to half, else its half)."""
     source = view.nodes[src]
     if indexed_names:
         index = 0
@@ -115,8 +117,9 @@ def _add_cast(view: GraphView, src: int, port: int, to_dtype: int, taken: Set[st
     cast.op = "Cast"
     cast.device = source.device
     cast.input.append(input_name)
-    src_t = DT_FLOAT if to_dtype != DT_FLOAT else _half_of(view, src, port)
-    cast.attr["SrcT"].type = src_t
+    if src_dtype is None:
+        src_dtype = DT_FLOAT if to_dtype != DT_FLOAT else _half_of(view, src, port)
+    cast.attr["SrcT"].type = src_dtype
     cast.attr["DstT"].type = to_dtype
     cast.attr["Truncate"].b = False
     return CastRecord(name=name, source=source.name, port=port, to_dtype=dtype_name(to_dtype))
@@ -138,3 +141,32 @@ def is_variable_read(view: GraphView, node: int) -> bool:
         source = view.regular_input_node(node, 0)
         return source is not None and view.ops[source] in _VARIABLE_OPS
     return False
+
+
+_FLOAT_KINDS = frozenset({DT_FLOAT, DT_HALF, DT_BFLOAT16})
+
+
+def reconcile_dtypes(view: GraphView, consumers, indexed_names: bool = True) -> List[CastRecord]:
+    """Routes data inputs of ``consumers`` whose producer dtype differs through a Cast.
+
+    For graphs assembled from parts rewritten at different times (a session importing
+    nodes added after its first run): wherever the producer's output is, say, half while
+    the consumer now expects float32, a Cast (shared per producer port and dtype) fixes
+    the edge.  Only float kinds are reconciled; anything else is left to TensorFlow's
+    type check.
+    """
+    taken = set(view.index)
+    added: Dict[Tuple[int, int, int], CastRecord] = {}
+    for dst in consumers:
+        for port, (src, src_port) in enumerate(view.inputs[dst]):
+            have = view.vertex_dtype[view.output_vertex(src, src_port)]
+            want = view.vertex_dtype[view.input_vertex(dst, port)]
+            if have == want or have not in _FLOAT_KINDS or want not in _FLOAT_KINDS:
+                continue
+            record = added.get((src, src_port, want))
+            if record is None:
+                record = _add_cast(view, src, src_port, want, taken, indexed_names, src_dtype=have)
+                added[(src, src_port, want)] = record
+            view.nodes[dst].input[view.input_slots[dst][port]] = record.name
+            record.consumers.append(view.nodes[dst].name)
+    return list(added.values())

@@ -1,0 +1,129 @@
+"""``tfamp_rewrite.Session``: a drop-in ``tf.compat.v1.Session`` running the mixed-precision graph.
+
+The user's ``tf.Graph`` is never changed.  The session runs a ``ShadowGraph`` -- the
+rewritten copy, imported into a private graph and kept in step as the user graph grows
+-- and maps what ``run`` is given onto it by name: fetches (tensors, operations, names,
+nested lists/tuples/dicts, SparseTensor, IndexedSlices), feeds, ``make_callable``,
+``partial_run``.  Fetched values come back in the user graph's dtypes.  To everything
+else (``sess.graph``, ``Tensor.eval()``, ``Operation.run()``, ``as_default()``, savers,
+hooks) it is the user's session: ``sess.graph`` is the user graph.
+
+TensorFlow's own AMP rewrite is switched off in the config the session passes on, so
+nothing is rewritten twice.  Without a GPU of compute capability >= 7.0 (8.0 for
+bfloat16) the session runs the user graph unchanged and logs once why -- unless the
+rewrite target is ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or ``set_rewrite_target``).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
+from .devices import log_once, session_rewrite_target
+from .shadow_graph import ShadowGraph
+
+_tf1 = tf.compat.v1
+_TF_AMP_FIELDS = ("auto_mixed_precision", "auto_mixed_precision_mkl", "auto_mixed_precision_cpu",
+                  "auto_mixed_precision_onednn_bfloat16")
+
+
+def config_without_tf_amp(config=None):
+    """A copy of ``config`` with every TensorFlow AMP rewrite turned OFF."""
+    result = config_pb2.ConfigProto()
+    if config is not None:
+        result.CopyFrom(config)
+    options = result.graph_options.rewrite_options
+    for field in _TF_AMP_FIELDS:
+        if field in rewriter_config_pb2.RewriterConfig.DESCRIPTOR.fields_by_name:
+            setattr(options, field, rewriter_config_pb2.RewriterConfig.OFF)
+    return result
+
+
+class _RewritingSession:
+    """Mixin over a TensorFlow session class; see the module docstring."""
+
+    def __init__(self, target="", graph=None, config=None, dtype="float16"):
+        self._user_graph = graph if graph is not None else _tf1.get_default_graph()
+        self._inner = threading.local()
+        rewrite_target, why = session_rewrite_target(dtype)
+        self._shadow = ShadowGraph(self._user_graph, rewrite_target, dtype) if rewrite_target else None
+        if self._shadow is None:
+            log_once("tfamp_rewrite: " + why)
+        run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
+        super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
+
+    # -- what the rest of TensorFlow sees -------------------------------------------
+    @property
+    def graph(self):
+        """The user's graph -- except inside the base class's own run machinery."""
+        if self._shadow is not None and getattr(self._inner, "active", False):
+            return self._shadow.graph
+        return self._user_graph
+
+    @property
+    def graph_def(self):
+        return self._user_graph.as_graph_def()
+
+    @property
+    def rewrite_reports(self):
+        """The reports of the rewrites this session imported (empty when not rewriting)."""
+        return list(self._shadow.reports) if self._shadow is not None else []
+
+    @contextlib.contextmanager
+    def _running_private_graph(self):
+        previous = getattr(self._inner, "active", False)
+        self._inner.active = True
+        try:
+            yield
+        finally:
+            self._inner.active = previous
+
+    def _map_fetches(self, fetches):
+        return tf.nest.map_structure(self._shadow.private_fetch, fetches)
+
+    def _map_feeds(self, feed_dict):
+        if not feed_dict:
+            return feed_dict
+        return {self._shadow.private_feed(key): value for key, value in feed_dict.items()}
+
+    # -- running ----------------------------------------------------------------------
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if self._shadow is None:
+            return super().run(fetches, feed_dict, options, run_metadata)
+        self._shadow.sync()
+        fetches, feed_dict = self._map_fetches(fetches), self._map_feeds(feed_dict)
+        with self._running_private_graph():
+            return super().run(fetches, feed_dict, options, run_metadata)
+
+    def partial_run_setup(self, fetches, feeds=None):
+        if self._shadow is None:
+            return super().partial_run_setup(fetches, feeds)
+        self._shadow.sync()
+        feeds = None if feeds is None else [self._shadow.private_feed(f) for f in feeds]
+        with self._running_private_graph():
+            return super().partial_run_setup(self._map_fetches(fetches), feeds)
+
+    def partial_run(self, handle, fetches, feed_dict=None):
+        if self._shadow is None:
+            return super().partial_run(handle, fetches, feed_dict)
+        fetches, feed_dict = self._map_fetches(fetches), self._map_feeds(feed_dict)
+        with self._running_private_graph():
+            return super().partial_run(handle, fetches, feed_dict)
+
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        if self._shadow is None:
+            return super().make_callable(fetches, feed_list, accept_options)
+        self._shadow.sync()
+        feed_list = None if feed_list is None else [self._shadow.private_feed(f) for f in feed_list]
+        with self._running_private_graph():
+            return super().make_callable(self._map_fetches(fetches), feed_list, accept_options)
+
+
+class Session(_RewritingSession, _tf1.Session):
+    """Drop-in ``tf.compat.v1.Session`` that runs the mixed-precision rewrite of its graph."""
+
+
+class InteractiveSession(_RewritingSession, _tf1.InteractiveSession):
+    """Drop-in ``tf.compat.v1.InteractiveSession`` that runs the mixed-precision rewrite."""
