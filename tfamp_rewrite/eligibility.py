@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from .dtypes import DT_BFLOAT16
 from .graph_view import GraphView
 from .tf_compat import KernelIndex
 
@@ -136,10 +135,6 @@ class HalfSupport:
             cached = self.kernels.has_kernel(op, self.kernel_device, values, label)
             self._kernel_cache[key] = cached
         return cached
-
-    @property
-    def dtype_word(self) -> str:
-        return "bfloat16" if self.target_dtype == DT_BFLOAT16 else "float16"
 
 
 def _attr_value(attr, name: str, op_def):

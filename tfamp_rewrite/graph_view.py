@@ -263,28 +263,15 @@ class GraphView:
                 "only while-loop back edges may form cycles" % name, name)
 
     # -- queries ------------------------------------------------------------------
-    def vertex(self, node: int, type_attr: TypeAttr) -> Optional[int]:
-        return self.vertices[node].get(type_attr)
-
     def input_vertex(self, node: int, port: int) -> int:
         return self.vertices[node][self.in_attrs[node][port]]
 
     def output_vertex(self, node: int, port: int) -> int:
         return self.vertices[node][self.output_attr(node, port)]
 
-    def is_fixed(self, vertex: int) -> bool:
-        return self.vertex_attr[vertex][0] == ""
-
     def regular_input_node(self, node: int, port: int = 0) -> Optional[int]:
         data = self.inputs[node]
         return data[port][0] if port < len(data) else None
-
-    def describe_vertex(self, vertex: int) -> str:
-        node = self.nodes[self.vertex_node[vertex]]
-        name, index = self.vertex_attr[vertex]
-        if not name:
-            return node.name
-        return "%s.%s" % (node.name, name if index < 0 else "%s[%d]" % (name, index))
 
 
 def _dtype_of(attr, type_attr: TypeAttr, layout: Optional[_OpLayout]) -> int:
