@@ -36,7 +36,8 @@ class KernelIndex:
     Mirrors ``IsKernelRegisteredForNode``: a kernel matches when its device type is the
     asked one and every constraint (``attr in allowed types``) holds for the node's
     attribute values; nodes carrying a ``_kernel`` label only match kernels with that
-    label.  For non-CPU devices, kernels registered for ``DEFAULT`` count too.
+    label.  Kernels registered for ``DEFAULT`` count too: TensorFlow falls back to
+    them on every real device, the CPU included (``FindKernelRegistration``).
     """
 
     def __init__(self):
