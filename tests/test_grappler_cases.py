@@ -18,6 +18,11 @@ Known divergences, named where they apply:
   (c) TF >= 2.x no longer treats Stack / TensorArray as data structures (nor lists their
       ops as clear): they stay float32 with Casts around them.
   (d) TensorFlow's CPU mode processes nodes placed on the CPU.
+
+AutoMixedPrecisionCpuTest checks TensorFlow's fp16 *emulation* on CPUs (allow ops stay
+float32 between Casts); this rewrite never emulates, so its two graphs are checked with
+real conversion (``cpu_*``).  TensorFlow 2.15.1's CPU pass does not apply (b) (its bf16
+pass does); ``grappler_cases.oracle_rules`` picks the matching rules for our side.
 """
 from __future__ import annotations
 
