@@ -10,8 +10,7 @@ keys that come out the other way and why (``Divergence``): ``ours`` for this rew
 the case's ``compat``, ``tf`` for TensorFlow 2.15.1's own CPU pass.  The checks assert
 that exactly those keys differ, so a divergence that disappears fails too.
 
-``dtype_of`` / ``output_dtype`` read a graph, ``evaluate`` runs one; the Python-peer
-tests use them too.
+``dtype_of`` / ``output_dtype`` read a graph; the Python-peer tests use them too.
 """
 from __future__ import annotations
 
@@ -21,13 +20,12 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from graph_runner import run_graph
 from grappler_case_graphs import CaseGraph
 from grappler_oracle import dtype_differences, oracle_compat, oracle_lists, run_grappler_amp
 
 from tfamp_rewrite import rewrite_graph_def
 from tfamp_rewrite.tf_compat import lookup_op_def
-
-tf1 = tf.compat.v1
 
 FLOAT = "float32"
 F32_EPS = float(np.finfo(np.float32).eps)
@@ -100,16 +98,9 @@ def output_dtype(node, port: int = 0) -> str:
     return tf.as_dtype(arg.type).name
 
 
-def evaluate(graph_def, fetches: Sequence[str], feed_values=None, init: str = None):
-    """Runs ``fetches`` (node or tensor names) of ``graph_def`` in a fresh Session."""
-    graph = tf.Graph()
-    with graph.as_default():
-        tf1.import_graph_def(graph_def, name="")
-    names = [f if ":" in f else f + ":0" for f in fetches]
-    with tf1.Session(graph=graph) as session:
-        if init:
-            session.run(init)
-        return session.run(names, feed_dict=feed_values or {})
+def tensor_names(fetches: Sequence[str]):
+    """``x`` -> ``x:0``; tensor names stay as they are."""
+    return [name if ":" in name else name + ":0" for name in fetches]
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,33 +155,14 @@ def assert_expectations(case: GrapplerCase, result) -> None:
 def assert_outputs_close(case: GrapplerCase, result) -> None:
     """The fetches of the rewritten graph match the original's within the C++ tolerance."""
     graph = graph_of(case.build)
-    expected = evaluate(graph.graph_def, graph.fetches, graph.feed_values)
-    actual = evaluate(result.graph_def, graph.fetches, graph.feed_values)
+    fetches = tensor_names(graph.fetches)
+    expected = run_graph(graph.graph_def, fetches, graph.feed_values)
+    actual = run_graph(result.graph_def, fetches, graph.feed_values)
     atol, rtol = case.tolerance
     for name, want, got in zip(graph.fetches, expected, actual):
         assert got.dtype == want.dtype, name
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                    atol=atol, rtol=rtol, err_msg=name)
-
-
-@functools.lru_cache(maxsize=None)
-def oracle_rules(dtype: str) -> str:
-    """The ``compat`` whose painting rules TensorFlow's pass for ``dtype`` follows here.
-
-    For float16 that is ``oracle_compat()``.  The bfloat16 (oneDNN) mode has applied
-    infer-after-allow since it was added; probed the same way, with Sigmoid (TF 2.15's
-    bf16 infer list lacks Tanh, see op_lists.py).
-    """
-    if dtype == "float16":
-        return oracle_compat()
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
-        matmul = tf.linalg.matmul(x, tf.ones([8, 8]), name="mm")
-        tf.identity(tf.sigmoid(matmul, name="sigmoid"), name="out")
-    run = run_grappler_amp(graph.as_graph_def(), fetches=["out"], dtype=dtype)
-    sigmoid = nodes_by_name(run.graph_def)["sigmoid"]
-    return "latest" if dtype_of(sigmoid) == dtype else "tf2.15"
 
 
 def added_casts(graph_def, original) -> Dict[str, str]:
@@ -205,12 +177,13 @@ def assert_same_as_tensorflow(graph_def, fetches, dtype: str = "float16"):
 
     Ours runs with ``target="cpu"`` (TensorFlow's CPU mode processes unplaced and CPU
     nodes; no case places a node on a GPU, where ``target="cpu"`` deliberately goes
-    further, see eligibility.py).  Every Cast we add is one TensorFlow adds (same name,
-    same input).  Returns TensorFlow's graph.
+    further, see eligibility.py) and ``compat=oracle_compat()``: TF 2.15 applies
+    infer-after-allow in its bfloat16 pass only, newer TensorFlow in both.  Every Cast
+    we add is one TensorFlow adds (same name, same input).  Returns TensorFlow's graph.
     """
     theirs = run_grappler_amp(graph_def, fetches, dtype=dtype).graph_def
     ours = rewrite_graph_def(graph_def, fetches=fetches, dtype=dtype, target="cpu",
-                             compat=oracle_rules(dtype), lists=oracle_lists(dtype)).graph_def
+                             compat=oracle_compat(), lists=oracle_lists(dtype)).graph_def
     assert dtype_differences(graph_def, ours, theirs) == []
     assert added_casts(ours, graph_def).items() <= added_casts(theirs, graph_def).items()
     return theirs

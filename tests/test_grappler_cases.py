@@ -21,8 +21,8 @@ Known divergences, named where they apply:
 
 AutoMixedPrecisionCpuTest checks TensorFlow's fp16 *emulation* on CPUs (allow ops stay
 float32 between Casts); this rewrite never emulates, so its two graphs are checked with
-real conversion (``cpu_*``).  TensorFlow 2.15.1's CPU pass does not apply (b) (its bf16
-pass does); ``grappler_cases.oracle_rules`` picks the matching rules for our side.
+real conversion (``cpu_*``).  TensorFlow 2.15.1's CPU pass applies (b) only for bfloat16;
+``oracle_compat()`` gives our side the same rules.
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 import grappler_peer_graphs as peers
 import numpy as np
 import pytest
-from grappler_cases import Divergence, assert_same_as_tensorflow, evaluate, nodes_by_name, output_dtype
+from graph_runner import run_graph
+from grappler_cases import Divergence, assert_same_as_tensorflow, nodes_by_name, output_dtype
 
 from tfamp_rewrite import rewrite_graph_def
 
@@ -167,8 +168,8 @@ def test_outputs_close(peer: Peer):
     """The rewritten graph runs and its fetches match the original's (assertAllClose)."""
     graph = peer_graph(peer.build)
     rewritten = rewrite_graph_def(graph.graph_def, fetches=graph.fetch_nodes).graph_def
-    expected = evaluate(graph.graph_def, graph.fetches, init=graph.init)
-    actual = evaluate(rewritten, graph.fetches, init=graph.init)
+    expected = run_graph(graph.graph_def, list(graph.fetches), init=graph.init)
+    actual = run_graph(rewritten, list(graph.fetches), init=graph.init)
     atol, rtol = (CPU_FP16_SLACK * t for t in peer.tolerance)
     for name, want, got in zip(graph.fetches, expected, actual):
         np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=name)
