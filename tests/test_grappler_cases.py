@@ -93,7 +93,8 @@ TF115_ONLY = [
 
 
 def _unary(op: str) -> GrapplerCase:
-    low, high, atol, rtol = graphs.UNARY_INFER_OPS[op]
+    """TestSimpleUnaryInferOp(OP): MatMul -> OP -> MatMul, all three half."""
+    atol, rtol = graphs.UNARY_INFER_OPS[op][2:]
     return GrapplerCase("unary_infer_" + op.lower(), partial(graphs.unary_infer, op), added=None,
                         low="allow1 infer1 allow2", float32="input",
                         tolerance=(F32_EPS if atol is None else atol, F32_EPS if rtol is None else rtol))
