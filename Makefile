@@ -35,7 +35,7 @@ op: venv
 
 lint: venv
 	$(PY) -m ruff check tfamp_rewrite tests setup.py $(wildcard benchmarks examples)
-	$(PY) -m vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
 
 test: venv lint
 	$(PY) -m pytest $(PYTEST_ARGS)
