@@ -1,0 +1,41 @@
+// GPU kernel of UnscaleAndCheckFinite: plans the launches on the host (launch_plan.h) and
+// enqueues them on the op's stream (gpu_launch.cu). inv_scale and all_finite stay in
+// device memory, so the op never waits for the device.
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+
+#include "gpu_launch.h"
+#include "kernel_io.h"
+#include "launch_plan.h"
+#include "tf_compat.h"
+
+namespace tfamp {
+namespace {
+
+class UnscaleAndCheckFiniteGpuOp : public tensorflow::OpKernel {
+ public:
+  explicit UnscaleAndCheckFiniteGpuOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    std::vector<TensorRef> tensors;
+    const tensorflow::Tensor* inv_scale = nullptr;
+    tensorflow::Tensor* all_finite = nullptr;
+    OP_REQUIRES_OK(ctx, PrepareUnscaleIo(ctx, &tensors, &inv_scale, &all_finite));
+    const std::vector<LaunchTable> plan =
+        PlanLaunches(tensors.data(), static_cast<int>(tensors.size()));
+    const char* error = EnqueueUnscaleAndCheckFinite(
+        plan.data(), static_cast<int>(plan.size()),
+        reinterpret_cast<const float*>(DataOf(*inv_scale)),
+        reinterpret_cast<bool*>(DataOf(*all_finite)), GpuStreamOf(ctx));
+    OP_REQUIRES(ctx, error == nullptr,
+                tensorflow::errors::Internal("UnscaleAndCheckFinite: CUDA launch failed: ",
+                                             error ? error : ""));
+  }
+};
+
+}  // namespace
+}  // namespace tfamp
+
+REGISTER_KERNEL_BUILDER(Name("UnscaleAndCheckFinite").Device(tensorflow::DEVICE_GPU),
+                        tfamp::UnscaleAndCheckFiniteGpuOp);
