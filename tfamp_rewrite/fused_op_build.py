@@ -17,6 +17,7 @@ log beside the CPU library) until one of those changes or ``--force`` is given.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import hashlib
 import json
@@ -26,9 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
 
 from tfamp_rewrite import fused_op_cuda
 
@@ -44,22 +43,21 @@ CXX_FLAGS = ("-O3", "-fPIC", "-Wall", "-fvisibility=hidden", "-ffp-contract=off"
              "-fno-trapping-math")
 NVCC_FLAGS = ("-O3", "-std=c++14", "-Xcompiler", "-fPIC,-fvisibility=hidden")
 CPU_SOURCES = ("op_def.cc", "cpu_kernel.cc", "launch_plan.cc")
-GPU_SOURCES = ("gpu_kernel.cc", "gpu_launch.cu")
+GPU_HOST_SOURCE = "gpu_kernel.cc"
+GPU_DEVICE_SOURCE = "gpu_launch.cu"
 
 
 class FusedOpBuildError(RuntimeError):
     """The CPU library could not be built; the message holds the compiler's complaint."""
 
 
-@dataclass(frozen=True)
-class Libraries:
-    """The outcome of a (possibly cached) build."""
+class Libraries(collections.namedtuple(
+        "Libraries", "directory cpu gpu gpu_skipped gpu_error")):
+    """A (possibly cached) build: its directory, the CPU library path, the GPU library path
+    or None, and why there is no GPU library: ``gpu_skipped`` when that is legitimate (no
+    nvcc), ``gpu_error`` when nvcc was there but the GPU build failed."""
 
-    directory: Path
-    cpu: Path
-    gpu: Optional[Path]
-    gpu_skipped: Optional[str] = None  # legitimately no GPU library, e.g. no nvcc found
-    gpu_error: Optional[str] = None  # nvcc was there but the GPU build failed
+    __slots__ = ()
 
     @property
     def preferred(self) -> Path:
@@ -67,11 +65,9 @@ class Libraries:
         return self.gpu or self.cpu
 
 
-@dataclass(frozen=True)
-class _Step:
-    argv: Tuple[str, ...]
-    output: str
-    gpu: bool
+# One compiler run: argv (relative to the build directory), its output file, and whether it
+# belongs to the GPU library only (so its failure leaves the CPU library usable).
+_Step = collections.namedtuple("_Step", "argv output gpu")
 
 
 def op_source_dir() -> Path:
@@ -81,10 +77,9 @@ def op_source_dir() -> Path:
                       here.parent / "custom_ops" / SOURCE_DIR_NAME):
         if (candidate / "op_def.cc").is_file():
             return candidate
-    raise FusedOpBuildError(
-        "the UnscaleAndCheckFinite sources are missing (looked in %s/custom_ops and "
-        "%s/custom_ops); reinstall tfamp_rewrite." % (here, here.parent)
-    )
+    raise FusedOpBuildError(f"the UnscaleAndCheckFinite sources are missing (looked in "
+                            f"{here}/custom_ops and {here.parent}/custom_ops); reinstall "
+                            "tfamp_rewrite.")
 
 
 def cache_root() -> Path:
@@ -95,51 +90,49 @@ def cache_root() -> Path:
     return Path(xdg) / "tfamp_rewrite"
 
 
-def _tensorflow_flags() -> Tuple[str, List[str], List[str]]:
+def _tensorflow_flags():
     """(version, compile flags, link flags); TF's headers as system headers (no warnings)."""
     import tensorflow as tf
 
-    compile_flags = [
-        "-isystem" + flag[2:] if flag.startswith("-I") else flag
-        for flag in tf.sysconfig.get_compile_flags()
-    ]
+    compile_flags = ["-isystem" + flag[2:] if flag.startswith("-I") else flag
+                     for flag in tf.sysconfig.get_compile_flags()]
     return tf.__version__, compile_flags, list(tf.sysconfig.get_link_flags())
 
 
-def _first_line_of(argv: Sequence[str]) -> str:
+def _compiler_identity(cxx: str) -> str:
     try:
-        out = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             check=True, universal_newlines=True).stdout
+        out = subprocess.run([cxx, "--version"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, check=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        raise FusedOpBuildError("C++ compiler `%s` does not run (%s); install g++ or set CXX."
-                                % (argv[0], e)) from e
-    return out.splitlines()[0] if out else argv[0]
+        raise FusedOpBuildError(f"C++ compiler `{cxx}` does not run ({e}); install g++ or "
+                                "set CXX.") from e
+    return out.splitlines()[0] if out else cxx
 
 
-def _plan(src: Path, cxx: str, tf_compile: List[str], tf_link: List[str],
-          cuda: Optional[fused_op_cuda.CudaToolchain], archs: List[int]) -> List[_Step]:
-    """The compiler invocations, relative to the build directory (compiles come first)."""
-    steps = []
-    cxx_compile = [cxx, *CXX_FLAGS, *tf_compile, "-c"]
-    for name in CPU_SOURCES + (GPU_SOURCES[:1] if cuda else ()):
+def _plan(src, cxx, tf_compile, tf_link, cuda, archs):
+    """The _Steps of a build, compiles first; the GPU ones only when ``cuda`` is given."""
+    def compile_cxx(name, gpu):
         obj = name.rsplit(".", 1)[0] + ".o"
-        steps.append(_Step((*cxx_compile, str(src / name), "-o", obj), obj, name in GPU_SOURCES))
-    cpu_objs = [s.output for s in steps if not s.gpu]
-    if cuda:
-        abi = [f for f in tf_compile if f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
-        steps.append(_Step(
-            (cuda.nvcc, *NVCC_FLAGS, *abi, *fused_op_cuda.gencode_flags(archs), "-c",
-             str(src / GPU_SOURCES[1]), "-o", "gpu_launch.o"), "gpu_launch.o", True))
-    steps.append(_Step((cxx, "-shared", *cpu_objs, "-o", CPU_LIBRARY, *tf_link), CPU_LIBRARY,
-                       False))
-    if cuda:
-        gpu_objs = cpu_objs + [s.output for s in steps if s.gpu]
-        # Static cudart first and hidden: TF's own libraries may export cudart stubs.
-        cudart = ["-L" + cuda.cudart_static_dir, "-Wl,--exclude-libs,libcudart_static.a",
-                  "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
-        steps.append(_Step((cxx, "-shared", *gpu_objs, "-o", GPU_LIBRARY, *cudart, *tf_link),
-                           GPU_LIBRARY, True))
-    return steps
+        return _Step((cxx, *CXX_FLAGS, *tf_compile, "-c", str(src / name), "-o", obj), obj, gpu)
+
+    steps = [compile_cxx(name, False) for name in CPU_SOURCES]
+    cpu_objects = [s.output for s in steps]
+    link_cpu = _Step((cxx, "-shared", *cpu_objects, "-o", CPU_LIBRARY, *tf_link), CPU_LIBRARY,
+                     False)
+    if not cuda:
+        return steps + [link_cpu]
+    abi = [f for f in tf_compile if f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
+    gpu_steps = [
+        compile_cxx(GPU_HOST_SOURCE, True),
+        _Step((cuda.nvcc, *NVCC_FLAGS, *abi, *fused_op_cuda.gencode_flags(archs), "-c",
+               str(src / GPU_DEVICE_SOURCE), "-o", "gpu_launch.o"), "gpu_launch.o", True),
+    ]
+    # Static cudart first and hidden: TF's own libraries may export cudart stubs.
+    cudart = ("-L" + cuda.cudart_static_dir, "-Wl,--exclude-libs,libcudart_static.a",
+              "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread")
+    link_gpu = _Step((cxx, "-shared", *cpu_objects, *(s.output for s in gpu_steps), "-o",
+                      GPU_LIBRARY, *cudart, *tf_link), GPU_LIBRARY, True)
+    return steps + gpu_steps + [link_cpu, link_gpu]
 
 
 def _sources_digest(src: Path) -> str:
@@ -149,18 +142,18 @@ def _sources_digest(src: Path) -> str:
     return digest.hexdigest()
 
 
-def _run_step(step: _Step, cwd: Path) -> Tuple[_Step, int, str]:
+def _run_step(step, cwd: Path):
     result = subprocess.run(step.argv, cwd=str(cwd), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, universal_newlines=True, check=False)
-    return step, result.returncode, "$ %s\n%s" % (" ".join(step.argv), result.stdout)
+                            stderr=subprocess.STDOUT, text=True, check=False)
+    return step, result.returncode, f"$ {' '.join(step.argv)}\n{result.stdout}"
 
 
 def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _execute(steps: List[_Step], workdir: Path) -> Optional[str]:
-    """Runs the steps in ``workdir``; returns the GPU build's error, if that part failed.
+def _execute(steps, workdir: Path):
+    """Runs the steps in ``workdir``; returns the GPU build's error text, or None.
 
     Raises FusedOpBuildError when the CPU library cannot be built.
     """
@@ -182,25 +175,24 @@ def _execute(steps: List[_Step], workdir: Path) -> Optional[str]:
         if not (link.gpu and gpu_errors):
             record([_run_step(link, workdir)])
     (workdir / "build.log").write_text("\n".join(log))
-    if gpu_errors:
-        (workdir / GPU_ERROR_LOG).write_text("\n".join(gpu_errors))
-        return "\n".join(gpu_errors)
-    return None
+    if not gpu_errors:
+        return None
+    (workdir / GPU_ERROR_LOG).write_text("\n".join(gpu_errors))
+    return "\n".join(gpu_errors)
 
 
-def _gpu_toolchain() -> Tuple[Optional[fused_op_cuda.CudaToolchain], List[int], Optional[str],
-                              Optional[str]]:
-    """(toolchain, archs, why skipped, error): at most one of the last two is set."""
+def _gpu_toolchain():
+    """(CudaToolchain or None, archs, why skipped, error): at most one of the last two set."""
     try:
         cuda = fused_op_cuda.find_cuda_toolchain()
         if cuda is None:
-            return None, [], "no nvcc found (set %s or CUDA_HOME)" % fused_op_cuda.NVCC_ENV, None
+            return None, [], f"no nvcc found (set {fused_op_cuda.NVCC_ENV} or CUDA_HOME)", None
         return cuda, fused_op_cuda.target_archs(cuda), None, None
     except fused_op_cuda.CudaToolchainError as e:
         return None, [], None, str(e)
 
 
-def _build_into(directory: Path, steps: List[_Step]) -> None:
+def _build_into(directory: Path, steps) -> None:
     """Builds in a scratch directory beside ``directory`` and renames it into place."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=directory.name + ".building-", dir=str(directory.parent)))
@@ -221,20 +213,21 @@ def build_libraries(force: bool = False) -> Libraries:
     steps = _plan(src, cxx, tf_compile, tf_link, cuda, archs)
     identity = {
         "tensorflow": tf_version,
-        "cxx": _first_line_of([cxx, "--version"]),
+        "cxx": _compiler_identity(cxx),
         "nvcc": cuda.identity if cuda else None,
         "steps": [step.argv for step in steps],
         "sources": _sources_digest(src),
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    directory = cache_root() / SOURCE_DIR_NAME / ("tf%s-%s" % (tf_version, key))
+    directory = cache_root() / SOURCE_DIR_NAME / f"tf{tf_version}-{key}"
     if force and directory.exists():
         shutil.rmtree(str(directory))
     if not (directory / CPU_LIBRARY).is_file():
         _build_into(directory, steps)
     gpu = directory / GPU_LIBRARY
     if cuda and not gpu.is_file():
-        gpu_error = (directory / GPU_ERROR_LOG).read_text()
+        error_log = directory / GPU_ERROR_LOG
+        gpu_error = error_log.read_text() if error_log.is_file() else f"{gpu} is missing"
     return Libraries(directory, directory / CPU_LIBRARY, gpu if gpu.is_file() else None,
                      gpu_skipped, gpu_error)
 
@@ -244,34 +237,32 @@ def library_path() -> Path:
     return build_libraries().preferred
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tfamp_rewrite.fused_op_build",
-        description="Build (or find cached) the fused UnscaleAndCheckFinite op libraries.",
-    )
+        description="Build (or find cached) the fused UnscaleAndCheckFinite op libraries.")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     args = parser.parse_args(argv)
     start = time.time()
     try:
         libs = build_libraries(force=args.force)
     except (FusedOpBuildError, OSError) as e:
-        print("tfamp_rewrite: %s" % e, file=sys.stderr)
+        print(f"tfamp_rewrite: {e}", file=sys.stderr)
         return 1
-    print("tfamp_rewrite: UnscaleAndCheckFinite libraries in %s (%.1f s)"
-          % (libs.directory, time.time() - start))
-    print("  cpu: %s" % libs.cpu.name)
-    print("  gpu: %s" % (libs.gpu.name if libs.gpu else "not built: %s"
-                         % (libs.gpu_skipped or "failed")))
+    print(f"tfamp_rewrite: UnscaleAndCheckFinite libraries in {libs.directory} "
+          f"({time.time() - start:.1f} s)")
+    print(f"  cpu: {libs.cpu.name}")
+    print(f"  gpu: {libs.gpu.name if libs.gpu else 'not built: ' + (libs.gpu_skipped or 'failed')}")
     import tensorflow as tf
 
     try:
         tf.load_op_library(str(libs.preferred))
     except tf.errors.OpError as e:
-        print("tfamp_rewrite: %s does not load: %s" % (libs.preferred, e), file=sys.stderr)
+        print(f"tfamp_rewrite: {libs.preferred} does not load: {e}", file=sys.stderr)
         return 1
     if libs.gpu_error:
-        print("tfamp_rewrite: the GPU library failed to build (the CPU one works):\n%s"
-              % libs.gpu_error, file=sys.stderr)
+        print(f"tfamp_rewrite: the GPU library failed to build (the CPU one works):\n"
+              f"{libs.gpu_error}", file=sys.stderr)
         return 1
     return 0
 
