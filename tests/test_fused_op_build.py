@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -118,8 +119,13 @@ def test_cache_directory_follows_tensorflow_flags_and_source_bytes(monkeypatch, 
 
 def test_wheel_ships_the_sources_and_the_builder_finds_them(tmp_path, monkeypatch):
     """A non-editable install must be able to build the op on first use."""
+    checkout = tmp_path / "checkout"  # a copy, so no stale build/ of the work tree leaks in
+    checkout.mkdir()
+    for name in ("setup.py", "README.md", "tfamp_rewrite", "custom_ops"):
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
+        copy(str(REPO / name), str(checkout / name))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(REPO)], check=True)
+                    "-q", "-w", str(tmp_path), str(checkout)], check=True)
     (wheel,) = tmp_path.glob("*.whl")
     zipfile.ZipFile(str(wheel)).extractall(str(tmp_path / "site"))
     spec = importlib.util.spec_from_file_location(

@@ -10,7 +10,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/util/work_sharder.h"
 
-#include "kernel_io.h"
+#include "kernel_base.h"
 #include "launch_plan.h"
 #include "unscale_element.h"
 
@@ -71,17 +71,15 @@ uint32_t UnscaleChunk(const TensorRef& t, ElementRange r, float inv_scale) {
   return kByType[t.type](in, out, r.end - r.begin, inv_scale);
 }
 
-class UnscaleAndCheckFiniteCpuOp : public tensorflow::OpKernel {
+class UnscaleAndCheckFiniteCpuOp : public UnscaleAndCheckFiniteKernel {
  public:
-  explicit UnscaleAndCheckFiniteCpuOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit UnscaleAndCheckFiniteCpuOp(tensorflow::OpKernelConstruction* ctx)
+      : UnscaleAndCheckFiniteKernel(ctx) {}
 
-  void Compute(tensorflow::OpKernelContext* ctx) override {
-    std::vector<TensorRef> tensors;
-    const tensorflow::Tensor* inv_scale_tensor = nullptr;
-    tensorflow::Tensor* all_finite = nullptr;
-    OP_REQUIRES_OK(ctx, PrepareUnscaleIo(ctx, &tensors, &inv_scale_tensor, &all_finite));
-    const float inv_scale = inv_scale_tensor->scalar<float>()();
-
+ protected:
+  void Unscale(tensorflow::OpKernelContext* ctx, const std::vector<TensorRef>& tensors,
+               const tensorflow::Tensor& inv_scale_tensor, tensorflow::Tensor* all_finite) override {
+    const float inv_scale = inv_scale_tensor.scalar<float>()();
     const ChunkIndex chunks(tensors.data(), static_cast<int>(tensors.size()), kCpuChunkElements);
     std::atomic<uint32_t> nonfinite(0);
     auto work = [&](int64_t first, int64_t last) {

@@ -6,27 +6,26 @@
 #include "tensorflow/core/framework/op_kernel.h"
 
 #include "gpu_launch.h"
-#include "kernel_io.h"
+#include "kernel_base.h"
 #include "launch_plan.h"
 #include "tf_compat.h"
 
 namespace tfamp {
 namespace {
 
-class UnscaleAndCheckFiniteGpuOp : public tensorflow::OpKernel {
+class UnscaleAndCheckFiniteGpuOp : public UnscaleAndCheckFiniteKernel {
  public:
-  explicit UnscaleAndCheckFiniteGpuOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit UnscaleAndCheckFiniteGpuOp(tensorflow::OpKernelConstruction* ctx)
+      : UnscaleAndCheckFiniteKernel(ctx) {}
 
-  void Compute(tensorflow::OpKernelContext* ctx) override {
-    std::vector<TensorRef> tensors;
-    const tensorflow::Tensor* inv_scale = nullptr;
-    tensorflow::Tensor* all_finite = nullptr;
-    OP_REQUIRES_OK(ctx, PrepareUnscaleIo(ctx, &tensors, &inv_scale, &all_finite));
+ protected:
+  void Unscale(tensorflow::OpKernelContext* ctx, const std::vector<TensorRef>& tensors,
+               const tensorflow::Tensor& inv_scale, tensorflow::Tensor* all_finite) override {
     const std::vector<LaunchTable> plan =
         PlanLaunches(tensors.data(), static_cast<int>(tensors.size()));
     const char* error = EnqueueUnscaleAndCheckFinite(
         plan.data(), static_cast<int>(plan.size()),
-        reinterpret_cast<const float*>(DataOf(*inv_scale)),
+        reinterpret_cast<const float*>(DataOf(inv_scale)),
         reinterpret_cast<bool*>(DataOf(*all_finite)), GpuStreamOf(ctx));
     OP_REQUIRES(ctx, error == nullptr,
                 tensorflow::errors::Internal("UnscaleAndCheckFinite: CUDA launch failed: ",

@@ -1,6 +1,7 @@
-// Inputs and outputs of UnscaleAndCheckFinite as the CPU and CUDA kernels both need them.
-#ifndef TFAMP_KERNEL_IO_H_
-#define TFAMP_KERNEL_IO_H_
+// What the CPU and CUDA kernels of UnscaleAndCheckFinite share: checking the inputs and
+// giving every gradient an output buffer, before the device-specific pass.
+#ifndef TFAMP_KERNEL_BASE_H_
+#define TFAMP_KERNEL_BASE_H_
 
 #include <vector>
 
@@ -56,6 +57,25 @@ inline tensorflow::Status PrepareUnscaleIo(tensorflow::OpKernelContext* ctx,
   return ctx->allocate_output(num_grads, tensorflow::TensorShape({}), all_finite);
 }
 
+// Prepares inputs and outputs, then hands them to the device's Unscale.
+class UnscaleAndCheckFiniteKernel : public tensorflow::OpKernel {
+ public:
+  explicit UnscaleAndCheckFiniteKernel(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    std::vector<TensorRef> tensors;
+    const tensorflow::Tensor* inv_scale = nullptr;
+    tensorflow::Tensor* all_finite = nullptr;
+    OP_REQUIRES_OK(ctx, PrepareUnscaleIo(ctx, &tensors, &inv_scale, &all_finite));
+    Unscale(ctx, tensors, *inv_scale, all_finite);
+  }
+
+ protected:
+  // Writes every tensors[i].out and the scalar bool *all_finite (both on the op's device).
+  virtual void Unscale(tensorflow::OpKernelContext* ctx, const std::vector<TensorRef>& tensors,
+                       const tensorflow::Tensor& inv_scale, tensorflow::Tensor* all_finite) = 0;
+};
+
 }  // namespace tfamp
 
-#endif  // TFAMP_KERNEL_IO_H_
+#endif  // TFAMP_KERNEL_BASE_H_
