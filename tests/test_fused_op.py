@@ -282,18 +282,18 @@ def test_disabled_library_falls_back_and_says_so_once(monkeypatch, caplog):
 @pytest.mark.parametrize("failure", ["build_fails", "library_does_not_load"])
 def test_broken_library_falls_back_with_the_reason(monkeypatch, caplog, tmp_path, failure):
     if failure == "build_fails":
-        def library_path():
+        def build_libraries():
             raise fused_op_build.FusedOpBuildError("g++: command not found")
         expected_reason = "g++: command not found"
     else:
         broken = tmp_path / "libbroken.so"
         broken.write_text("not an ELF file")
 
-        def library_path():
-            return broken
+        def build_libraries():
+            return fused_op_build.Libraries(tmp_path, broken, None, "no nvcc found", None)
         expected_reason = str(broken)
     monkeypatch.delenv(fused_op.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(fused_op_build, "library_path", library_path)
+    monkeypatch.setattr(fused_op_build, "build_libraries", build_libraries)
     monkeypatch.setattr(fused_op, "_LOADER", fused_op._OpLoader())
     with caplog.at_level(logging.WARNING, logger=fused_op.__name__), \
             tf.Graph().as_default() as graph:
@@ -302,3 +302,16 @@ def test_broken_library_falls_back_with_the_reason(monkeypatch, caplog, tmp_path
     assert OP_TYPE not in [op.type for op in graph.get_operations()]
     records = _fallback_records(caplog)
     assert len(records) == 1 and expected_reason in records[0].getMessage()
+
+
+def test_cuda_tensorflow_without_a_gpu_kernel_gets_a_warning(monkeypatch, caplog):
+    built = fused_op_build.build_libraries()
+    without_gpu = built._replace(cpu=built.preferred, gpu=None, gpu_skipped="no nvcc found")
+    monkeypatch.delenv(fused_op.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(fused_op_build, "build_libraries", lambda: without_gpu)
+    monkeypatch.setattr(tf.test, "is_built_with_cuda", lambda: True)
+    monkeypatch.setattr(fused_op, "_LOADER", fused_op._OpLoader())
+    with caplog.at_level(logging.WARNING, logger=fused_op.__name__):
+        assert tfamp_rewrite.fused_op_available()
+    (record,) = _fallback_records(caplog)
+    assert "no GPU kernel" in record.getMessage() and "no nvcc found" in record.getMessage()

@@ -61,9 +61,10 @@ class _OpLoader:
         if os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no"):
             return None, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
         try:
-            path = fused_op_build.library_path()
+            libraries = fused_op_build.build_libraries()
         except (fused_op_build.FusedOpBuildError, OSError) as e:
             return None, f"it could not be built: {e}"
+        path = libraries.preferred
         try:
             module = tf.load_op_library(str(path))
         except tf.errors.OpError as e:
@@ -72,6 +73,10 @@ class _OpLoader:
             _tf.no_gradient(OP_TYPE)  # loss-scaling machinery, never differentiated
         except KeyError:
             pass  # registered by an earlier loader in this process
+        if libraries.gpu is None and tf.test.is_built_with_cuda():
+            _log.warning("tfamp_rewrite: the fused %s op has no GPU kernel, so on GPUs it runs "
+                         "on the host (%s). See tfamp_rewrite/fused_op_cuda.py for how nvcc "
+                         "is found.", OP_TYPE, libraries.gpu_error or libraries.gpu_skipped)
         return module, str(path)
 
 

@@ -8,7 +8,8 @@
   ``fused_op_cuda``); the CUDA runtime is linked statically, so it also loads on
   tensorflow-cpu (the GPU kernel is then registered but never used).
 
-``library_path()`` is the library to load (the GPU one when built); it builds on first use.
+``build_libraries().preferred`` is the library to load (the GPU one when built); the
+first call builds it.
 Builds are cached under ``$TFAMP_OP_CACHE`` (default ``~/.cache/tfamp_rewrite``), one
 directory per hash of everything that goes into them: TensorFlow version and flags,
 compilers, commands and source bytes. A failed GPU build is remembered there as well (its
@@ -230,11 +231,6 @@ def build_libraries(force: bool = False) -> Libraries:
         gpu_error = error_log.read_text() if error_log.is_file() else f"{gpu} is missing"
     return Libraries(directory, directory / CPU_LIBRARY, gpu if gpu.is_file() else None,
                      gpu_skipped, gpu_error)
-
-
-def library_path() -> Path:
-    """The library ``tf.load_op_library`` should load, built now if not cached yet."""
-    return build_libraries().preferred
 
 
 def main(argv=None) -> int:
