@@ -102,6 +102,7 @@ def test_one_special_in_a_big_tensor_is_found(implementation, mode, position):
 )
 def test_any_special_anywhere_clears_the_flag(sizes, dtypes, target, where, special,
                                               inv_scale, seed):
+    assert tfamp_rewrite.fused_op_available()
     rng = np.random.default_rng(seed)
     arrays = [random_gradients(rng, [n], dtypes=(d,))[0] for n, d in zip(sizes, dtypes)]
     poisoned = arrays[target % len(arrays)]

@@ -56,7 +56,7 @@ class ChunkIndex {
 };
 
 // Capacity of one CUDA launch. The table is the kernel's by-value argument, which must
-// stay within the classic 4 KB parameter limit (CUDA <= 12.0 and every architecture).
+// stay within 4 KB: the parameter limit of every CUDA before 12.1 (TF 1.15 users' nvcc).
 const int kMaxTensorsPerLaunch = 96;
 const int kMaxBlocksPerLaunch = 320;
 const int64_t kGpuChunkElements = 65536;
