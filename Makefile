@@ -37,13 +37,13 @@ lint: venv
 	$(PY) -m ruff check tfamp_rewrite tests setup.py $(wildcard benchmarks examples)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
 
-test: venv lint
+test: venv op lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-demo: venv
+demo: venv op
 	$(PY) examples/demo.py
 
-bench: venv
+bench: venv op
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:

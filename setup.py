@@ -11,7 +11,12 @@ setup(
     version="0.1.0",
     description="Automatic mixed precision for TensorFlow 1.x graphs: a Grappler-style "
     "rewrite, dynamic loss scaling and a fused unscale-and-check op.",
-    packages=find_packages(include=["tfamp_rewrite", "tfamp_rewrite.*"]),
+    packages=find_packages(include=["tfamp_rewrite", "tfamp_rewrite.*"])
+    + ["tfamp_rewrite.custom_ops"],
+    # The fused op's C++/CUDA sources ship as package data, so an installed tfamp_rewrite
+    # can compile the op on first use (tfamp_rewrite/fused_op_build.py finds them there).
+    package_dir={"tfamp_rewrite.custom_ops": "custom_ops"},
+    package_data={"tfamp_rewrite.custom_ops": ["unscale_and_check_finite/*"]},
     python_requires=">=3.8",
     install_requires=["numpy", "protobuf"],
     extras_require={

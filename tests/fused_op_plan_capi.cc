@@ -1,0 +1,86 @@
+// Test-only C entry points to the work partitioning of custom_ops/unscale_and_check_finite
+// (launch_plan.h), loaded with ctypes by tests/test_fused_op_launch_plan.py.
+//
+// Tensors get fake, never dereferenced addresses that encode their index, so the test can
+// tell which tensor each LaunchTable slot refers to.
+#include <cstdint>
+#include <vector>
+
+#include "launch_plan.h"
+
+namespace {
+
+const uintptr_t kFakeStride = 1 << 12;
+
+std::vector<tfamp::TensorRef> FakeTensors(const int64_t* sizes, const int32_t* types, int n) {
+  std::vector<tfamp::TensorRef> tensors(n);
+  for (int i = 0; i < n; ++i) {
+    tensors[i].in = reinterpret_cast<const void*>((i + 1) * kFakeStride);
+    tensors[i].out = reinterpret_cast<void*>((i + 1) * kFakeStride + 8);
+    tensors[i].size = sizes[i];
+    tensors[i].type = static_cast<tfamp::ElementType>(types[i]);
+  }
+  return tensors;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Writes, for each launch of PlanLaunches:
+//   num_tensors, num_blocks,
+//   per slot:  tensor index, size, element type, 1 if `out` belongs to the same tensor
+//   per block: slot, first element, end element (ChunkElements, as the kernel computes them)
+// Returns the number of int64 written, or -1 if `capacity` is too small.
+int64_t tfamp_test_plan_launches(const int64_t* sizes, const int32_t* types, int n,
+                                 int64_t chunk_elements, int max_tensors, int max_blocks,
+                                 int64_t* out, int64_t capacity) {
+  const std::vector<tfamp::TensorRef> tensors = FakeTensors(sizes, types, n);
+  const std::vector<tfamp::LaunchTable> plan =
+      tfamp::PlanLaunches(tensors.data(), n, chunk_elements, max_tensors, max_blocks);
+  std::vector<int64_t> flat;
+  for (const tfamp::LaunchTable& t : plan) {
+    flat.push_back(t.num_tensors);
+    flat.push_back(t.num_blocks);
+    for (int s = 0; s < t.num_tensors; ++s) {
+      const uintptr_t in = reinterpret_cast<uintptr_t>(t.in[s]);
+      flat.push_back(static_cast<int64_t>(in / kFakeStride) - 1);
+      flat.push_back(t.size[s]);
+      flat.push_back(t.type[s]);
+      flat.push_back(reinterpret_cast<uintptr_t>(t.out[s]) == in + 8 ? 1 : 0);
+    }
+    for (int b = 0; b < t.num_blocks; ++b) {
+      const int slot = t.block_slot[b];
+      const tfamp::ElementRange r =
+          tfamp::ChunkElements(t.block_chunk[b], t.chunk_elements, t.size[slot]);
+      flat.push_back(slot);
+      flat.push_back(r.begin);
+      flat.push_back(r.end);
+    }
+  }
+  if (static_cast<int64_t>(flat.size()) > capacity) return -1;
+  for (size_t i = 0; i < flat.size(); ++i) out[i] = flat[i];
+  return static_cast<int64_t>(flat.size());
+}
+
+// The CPU kernel's work items: for every global chunk, (tensor, first element, end element).
+// Returns the number of chunks, or -1 if `capacity` (in chunks) is too small.
+int64_t tfamp_test_cpu_chunks(const int64_t* sizes, int n, int64_t chunk_elements,
+                              int64_t* out, int64_t capacity) {
+  std::vector<int32_t> types(n, 0);
+  const std::vector<tfamp::TensorRef> tensors = FakeTensors(sizes, types.data(), n);
+  const tfamp::ChunkIndex index(tensors.data(), n, chunk_elements);
+  if (index.num_chunks() > capacity) return -1;
+  for (int64_t c = 0; c < index.num_chunks(); ++c) {
+    int tensor;
+    int64_t chunk;
+    index.Locate(c, &tensor, &chunk);
+    const tfamp::ElementRange r = tfamp::ChunkElements(chunk, chunk_elements, sizes[tensor]);
+    out[3 * c] = tensor;
+    out[3 * c + 1] = r.begin;
+    out[3 * c + 2] = r.end;
+  }
+  return index.num_chunks();
+}
+
+}  // extern "C"
