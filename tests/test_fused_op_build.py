@@ -57,8 +57,8 @@ def loaded_in_fresh_processes(libraries):
 
 
 def test_cpu_library_loads_and_computes(loaded_in_fresh_processes):
-    assert loaded_in_fresh_processes["cpu"] == {"devices": ["CPU"], "unscaled": [[0.5, 1.0], [float("inf"), 3.0]],
-                      "all_finite": False}
+    assert loaded_in_fresh_processes["cpu"] == {
+        "devices": ["CPU"], "unscaled": [[0.5, 1.0], [float("inf"), 3.0]], "all_finite": False}
 
 
 def test_gpu_library_is_built_whenever_nvcc_is_found_and_loads_on_tensorflow_cpu(
