@@ -17,20 +17,10 @@ from typing import Dict, List, Set, Tuple
 from .dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF, dtype_name
 from .graph_view import UNKNOWN_ATTR, GraphView
 from .painter import Paint
+from .report import CastInfo
 
 CAST_SUFFIX = "AutoMixedPrecision"
 _VARIABLE_OPS = frozenset({"Variable", "VariableV2", "VarHandleOp", "ReadVariableOp"})
-
-
-@dataclass
-class CastRecord:
-    """One Cast node the rewrite added."""
-
-    name: str
-    source: str
-    port: int
-    to_dtype: str
-    consumers: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -39,7 +29,7 @@ class AppliedPaint:
 
     converted_vertices: Set[int] = field(default_factory=set)
     converted_nodes: Set[int] = field(default_factory=set)
-    casts: List[CastRecord] = field(default_factory=list)
+    casts: List[CastInfo] = field(default_factory=list)
 
 
 def cast_name(source: str, port: int, to_dtype: int, index: int = None) -> str:
@@ -61,7 +51,7 @@ def apply_paint(view: GraphView, paint: Paint, target_dtype: int,
         _set_dtype(view.nodes[node], view.vertex_attr[vertex], target_dtype)
         result.converted_nodes.add(node)
     taken = set(view.index)
-    casts: Dict[Tuple[int, int], CastRecord] = {}
+    casts: Dict[Tuple[int, int], CastInfo] = {}
     vertices, out_attrs = view.vertices, view.out_attrs
     for dst, data in enumerate(view.inputs):
         in_attrs = view.in_attrs[dst]
@@ -98,7 +88,7 @@ def _set_dtype(node, type_attr, dtype: int) -> None:
 
 
 def _add_cast(view: GraphView, src: int, port: int, to_dtype: int, taken: Set[str],
-              indexed_names: bool, src_dtype: int = None) -> CastRecord:
+              indexed_names: bool, src_dtype: int = None) -> CastInfo:
     """Adds ``Cast(src:port)`` to ``to_dtype`` to the graph; ``src_dtype`` defaults to the
     dtype the rewrite gives the producer (float32 when casting to half, else its half)."""
     source = view.nodes[src]
@@ -122,7 +112,7 @@ def _add_cast(view: GraphView, src: int, port: int, to_dtype: int, taken: Set[st
     cast.attr["SrcT"].type = src_dtype
     cast.attr["DstT"].type = to_dtype
     cast.attr["Truncate"].b = False
-    return CastRecord(name=name, source=source.name, port=port, to_dtype=dtype_name(to_dtype))
+    return CastInfo(name=name, source=source.name, port=port, to_dtype=dtype_name(to_dtype))
 
 
 def _half_of(view: GraphView, src: int, port: int) -> int:
@@ -146,7 +136,7 @@ def is_variable_read(view: GraphView, node: int) -> bool:
 _FLOAT_KINDS = frozenset({DT_FLOAT, DT_HALF, DT_BFLOAT16})
 
 
-def reconcile_dtypes(view: GraphView, consumers, indexed_names: bool = True) -> List[CastRecord]:
+def reconcile_dtypes(view: GraphView, consumers, indexed_names: bool = True) -> List[CastInfo]:
     """Routes data inputs of ``consumers`` whose producer dtype differs through a Cast.
 
     For graphs assembled from parts rewritten at different times (a session importing
@@ -156,7 +146,7 @@ def reconcile_dtypes(view: GraphView, consumers, indexed_names: bool = True) -> 
     type check.
     """
     taken = set(view.index)
-    added: Dict[Tuple[int, int, int], CastRecord] = {}
+    added: Dict[Tuple[int, int, int], CastInfo] = {}
     for dst in consumers:
         for port, (src, src_port) in enumerate(view.inputs[dst]):
             have = view.vertex_dtype[view.output_vertex(src, src_port)]

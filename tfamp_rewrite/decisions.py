@@ -15,7 +15,7 @@ from .eligibility import HalfSupport
 from .graph_view import GraphView
 from .op_lists import OpLists
 from .painter import Paint
-from .report import CastInfo, NodeDecision, RewriteReport
+from .report import NodeDecision, RewriteReport
 
 Reason = Tuple[str, str, Optional[str]]  # (rule, sentence, related node)
 
@@ -59,8 +59,7 @@ class ReportBuilder:
             elif decision.rule == rules.DENY_PATH:
                 report.nodes_blocked_by_deny += 1
         for cast in self.applied.casts:
-            report.casts.append(CastInfo(cast.name, cast.source, cast.port, cast.to_dtype,
-                                         list(cast.consumers)))
+            report.casts.append(cast)
             if cast.to_dtype == "float32":
                 report.casts_to_float += 1
             else:
