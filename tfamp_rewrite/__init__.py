@@ -4,5 +4,12 @@ The public API is what ``__all__`` lists; everything else is implementation.
 """
 from __future__ import annotations
 
-__all__ = []
+from tfamp_rewrite.loss_scale import DynamicLossScale, FixedLossScale
+from tfamp_rewrite.loss_scale_optimizer import LossScaleOptimizer
+
+__all__ = [
+    "DynamicLossScale",
+    "FixedLossScale",
+    "LossScaleOptimizer",
+]
 __version__ = "0.1.0"
