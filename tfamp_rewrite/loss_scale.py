@@ -137,7 +137,7 @@ _DynamicState = collections.namedtuple("_DynamicState", ["scale", "good_steps"])
 
 
 def _graph_for_state():
-    """The graph that holds loss-scale state: the default graph outside control flow."""
+    """The default graph, which holds the state; callers are under ``init_scope``."""
     if _tf.executing_eagerly():
         raise RuntimeError(
             "tfamp_rewrite loss scaling builds TF1 graphs but eager execution is active; "

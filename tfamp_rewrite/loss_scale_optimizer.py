@@ -33,8 +33,10 @@ Wrapping orders (Horovod's ``hvd.DistributedOptimizer``, TF's ``SyncReplicasOpti
   ``apply_gradients``, which would put that communication in the skip branch.  Wrap them
   around the ``LossScaleOptimizer`` instead.
 
-Everything this class does not define is forwarded to the wrapped optimizer, so
-``opt._learning_rate``, ``opt._lr`` or a Horovod hook read through the wrapper reach it.
+``get_slot``, ``get_slot_names`` and ``variables`` answer for the wrapped optimizer (the
+last adds the loss-scale variables), and every attribute that neither this class nor
+``tf.compat.v1.train.Optimizer`` defines is forwarded to it, so ``opt._learning_rate``,
+``opt._lr`` or a Horovod hook such as ``register_local_var`` reach it through the wrapper.
 """
 from __future__ import annotations
 
@@ -200,8 +202,9 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Applies the (unscaled) gradients if they are all finite; updates the loss scale.
 
-        Returns one op; on a non-finite step it leaves variables, slots and
-        ``global_step`` unchanged.
+        Returns one op, also put in the TRAIN_OP collection; on a non-finite step it
+        leaves variables, slots and ``global_step`` unchanged (except that
+        ``global_step`` advances under ``SyncReplicasOptimizer``, see the module docstring).
         """
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
