@@ -97,6 +97,16 @@ def test_no_allreduce_inside_the_skip_branch(make_optimizer):
     assert not [name for name in branch_nodes if ALLREDUCE in name]
 
 
+def test_tf_distribute_strategies_are_refused_with_the_alternatives():
+    with tf.Graph().as_default():
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+        with strategy.scope():
+            w = tf1.Variable(1.0)
+            optimizer = loss_scaled(momentum())
+            with pytest.raises(RuntimeError, match="Horovod's DistributedOptimizer"):
+                strategy.extended.call_for_each_replica(lambda: optimizer.minimize(w * w))
+
+
 def test_horovod_hooks_are_reachable_through_the_wrapper():
     with tf.Graph().as_default():
         distributed = FakeDistributedOptimizer(momentum())

@@ -206,6 +206,12 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         leaves variables, slots and ``global_step`` unchanged (except that
         ``global_step`` advances under ``SyncReplicasOptimizer``, see the module docstring).
         """
+        if _tf.distribute.has_strategy():
+            raise RuntimeError(
+                "LossScaleOptimizer does not run under a tf.distribute strategy; scale out "
+                "with Horovod's DistributedOptimizer (either wrap order) or "
+                "SyncReplicasOptimizer around the LossScaleOptimizer."
+            )
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         all_finite = self._all_finite(grads)
