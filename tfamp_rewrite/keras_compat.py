@@ -10,7 +10,7 @@ import sys
 
 import tensorflow as tf
 
-_KERAS_MODULE_PREFIXES = ("keras", "tf_keras", "tensorflow.python.keras", "tensorflow.keras")
+_KERAS_MODULE_PREFIXES = ("keras.", "tf_keras.", "tensorflow.python.keras.", "tensorflow.keras.")
 
 
 def is_keras_object(obj):
