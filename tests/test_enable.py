@@ -12,7 +12,7 @@ from tfamp_rewrite import (
     DynamicLossScale,
     FixedLossScale,
     LossScaleOptimizer,
-    activation_state,
+    activation,
     disable_mixed_precision_graph_rewrite,
     enable,
     enable_mixed_precision_graph_rewrite,
@@ -24,10 +24,10 @@ LOGGER = "tfamp_rewrite.enable"
 
 @pytest.fixture(autouse=True)
 def rewrite_disabled_around_each_test(monkeypatch):
-    activation_state.set_enabled(False)
+    activation.disable_graph_rewrite()
     monkeypatch.setattr(enable, "_warned_about_existing_sessions", False)
     yield
-    activation_state.set_enabled(False)
+    activation.disable_graph_rewrite()
 
 
 def sgd():
@@ -42,7 +42,7 @@ def test_enable_wraps_with_dynamic_loss_scaling_and_sets_the_flag():
     assert isinstance(scale, DynamicLossScale)
     assert (scale.initial_loss_scale, scale.increment_period, scale.multiplier) == (
         2.0**15, 2000, 2.0)
-    assert activation_state.is_enabled()
+    assert activation.graph_rewrite_enabled()
 
 
 def test_enable_takes_a_loss_scale_like_tensorflow():
@@ -54,14 +54,14 @@ def test_enable_takes_a_loss_scale_like_tensorflow():
 def test_two_fresh_optimizers_can_both_be_enabled():
     first = enable_mixed_precision_graph_rewrite(sgd())
     second = enable_mixed_precision_graph_rewrite(sgd())
-    assert first is not second and activation_state.is_enabled()
+    assert first is not second and activation.graph_rewrite_enabled()
 
 
 def test_disable_clears_the_flag_and_loss_scaling_stays():
     problem = build(lambda: enable_mixed_precision_graph_rewrite(
         tf1.train.MomentumOptimizer(0.1, 0.9)))
     disable_mixed_precision_graph_rewrite()
-    assert not activation_state.is_enabled()
+    assert not activation.graph_rewrite_enabled()
     (state_after_overflow,) = run(problem, [float("inf")])
     assert state_after_overflow[SCALE] == 2.0**14
     assert state_after_overflow["global_step"] == 0
@@ -90,10 +90,10 @@ def _keras_sgd():
 )
 def test_enable_rejects_and_leaves_the_rewrite_off(make_opt, loss_scale, message):
     opt = make_opt()
-    activation_state.set_enabled(False)
+    activation.disable_graph_rewrite()
     with pytest.raises(ValueError, match=message):
         enable_mixed_precision_graph_rewrite(opt, loss_scale)
-    assert not activation_state.is_enabled()
+    assert not activation.graph_rewrite_enabled()
 
 
 def test_enable_refuses_when_keras_mixed_precision_policy_is_set():
@@ -104,7 +104,7 @@ def test_enable_refuses_when_keras_mixed_precision_policy_is_set():
             enable_mixed_precision_graph_rewrite(sgd())
     finally:
         keras_mixed_precision.set_global_policy("float32")
-    assert not activation_state.is_enabled()
+    assert not activation.graph_rewrite_enabled()
     enable_mixed_precision_graph_rewrite(sgd())  # fine again with the default policy
 
 

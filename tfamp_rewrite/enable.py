@@ -2,8 +2,8 @@
 
 The one-line switch of TensorFlow's ``tf.compat.v1.mixed_precision`` API: wrap the
 optimizer with loss scaling and turn the graph rewrite on for Sessions created from now
-on.  This module wraps and sets the flag in ``activation_state``; making Sessions read the
-flag is the session module's job.
+on.  This module wraps the optimizer; ``activation`` owns the switch that makes new
+Sessions rewrite.
 
 Differences from TensorFlow, on purpose:
 
@@ -20,7 +20,7 @@ import logging
 
 import tensorflow as tf
 
-from tfamp_rewrite import activation_state, keras_compat
+from tfamp_rewrite import activation, keras_compat
 from tfamp_rewrite.loss_scale_optimizer import LossScaleOptimizer
 
 _logger = logging.getLogger(__name__)
@@ -30,8 +30,8 @@ _warned_about_existing_sessions = False
 def _open_sessions():
     """Sessions that are alive and not closed (found by a scan of the garbage collector).
 
-    Sessions are not registered anywhere before the session module exists, so this looks
-    at every object once; it runs only when the rewrite is enabled.
+    TensorFlow keeps no registry of its sessions, so this looks at every object once; it
+    runs only when the rewrite is enabled.
     """
     session_types = (tf.compat.v1.Session, tf.compat.v1.InteractiveSession)
     return [
@@ -80,7 +80,7 @@ def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic"):
         )
     wrapped = LossScaleOptimizer(opt, loss_scale)
     _warn_once_if_sessions_exist()
-    activation_state.set_enabled(True)
+    activation.enable_graph_rewrite()
     return wrapped
 
 
@@ -90,9 +90,9 @@ def disable_mixed_precision_graph_rewrite():
     Optimizers already wrapped keep their loss scaling; existing Sessions keep what they
     had when they were created.
     """
-    if not activation_state.is_enabled():
+    if not activation.graph_rewrite_enabled():
         _logger.warning(
             "tfamp_rewrite: disable_mixed_precision_graph_rewrite() called while the graph "
             "rewrite is already disabled; nothing changes."
         )
-    activation_state.set_enabled(False)
+    activation.disable_graph_rewrite()

@@ -41,6 +41,8 @@ last adds the loss-scale variables), and every attribute that neither this class
 from __future__ import annotations
 
 import collections
+import contextlib
+import threading
 
 import tensorflow as tf
 
@@ -55,6 +57,27 @@ _APPLY_TIME_COMMUNICATORS = {
     "SyncReplicasOptimizer": "it aggregates gradients across workers in apply_gradients",
     "_DistributedAdasumOptimizer": "Horovod's Adasum allreduces in apply_gradients",
 }
+
+# Depth of LossScaleOptimizer calls into the optimizers they wrap, per thread.
+_delegation = threading.local()
+
+
+def delegating() -> bool:
+    """True while a LossScaleOptimizer is calling the optimizer it wraps (on this thread).
+
+    Optimizers that scale their loss automatically (``activation``) must not scale again then.
+    """
+    return getattr(_delegation, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _delegating():
+    _delegation.depth = getattr(_delegation, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _delegation.depth -= 1
+
 
 # The gradients compute_gradients returned last, and the finite flag that covers them.
 _CheckedGradients = collections.namedtuple("_CheckedGradients", ["grads", "all_finite"])
@@ -186,14 +209,15 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     ):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
         scale = self._loss_scale()
-        grads_and_vars = list(self._optimizer.compute_gradients(
-            _scaled_loss(loss, scale),
-            var_list=var_list,
-            gate_gradients=gate_gradients,
-            aggregation_method=aggregation_method,
-            colocate_gradients_with_ops=colocate_gradients_with_ops,
-            grad_loss=grad_loss,
-        ))
+        with _delegating():
+            grads_and_vars = list(self._optimizer.compute_gradients(
+                _scaled_loss(loss, scale),
+                var_list=var_list,
+                gate_gradients=gate_gradients,
+                aggregation_method=aggregation_method,
+                colocate_gradients_with_ops=colocate_gradients_with_ops,
+                grad_loss=grad_loss,
+            ))
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
         unscaled, all_finite = unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite)
@@ -221,7 +245,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             update_op, should_apply = self._loss_scale.update(all_finite)
 
         def apply():
-            return self._optimizer.apply_gradients(grads_and_vars, global_step, name + "-wrapped")
+            with _delegating():
+                return self._optimizer.apply_gradients(grads_and_vars, global_step, name + "-wrapped")
 
         def skip():
             if global_step is not None and _taken_from_accumulators(grads):

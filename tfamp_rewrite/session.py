@@ -25,6 +25,8 @@ from .devices import log_once, session_rewrite_target
 from .shadow_graph import ShadowGraph
 
 _tf1 = tf.compat.v1
+# TensorFlow's own classes, captured before anything can replace them (see activation.py).
+TF_SESSION_CLASSES = {"Session": _tf1.Session, "InteractiveSession": _tf1.InteractiveSession}
 _TF_AMP_FIELDS = ("auto_mixed_precision", "auto_mixed_precision_mkl", "auto_mixed_precision_cpu",
                   "auto_mixed_precision_onednn_bfloat16")
 
@@ -121,9 +123,9 @@ class _RewritingSession:
             return super().make_callable(self._map_fetches(fetches), feed_list, accept_options)
 
 
-class Session(_RewritingSession, _tf1.Session):
+class Session(_RewritingSession, TF_SESSION_CLASSES["Session"]):
     """Drop-in ``tf.compat.v1.Session`` that runs the mixed-precision rewrite of its graph."""
 
 
-class InteractiveSession(_RewritingSession, _tf1.InteractiveSession):
+class InteractiveSession(_RewritingSession, TF_SESSION_CLASSES["InteractiveSession"]):
     """Drop-in ``tf.compat.v1.InteractiveSession`` that runs the mixed-precision rewrite."""
