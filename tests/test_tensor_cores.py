@@ -90,12 +90,17 @@ def test_backprop_convolutions_count_the_forward_flops():
     assert all(op.aligned for op in report.ops)  # 8 and 24 channels
 
 
-def test_output_shapes_attributes_fill_what_inference_cannot():
+def _matmul_with_output_shapes(rows: int, k: int, n: int):
+    """x[rows, k] x ones[k, n] -> out, with ``_output_shapes`` attributes."""
     graph = tf.Graph()
     with graph.as_default():
-        x = tf1.placeholder(tf.float32, [2, 20], name="x")
-        tf.identity(tf.linalg.matmul(x, tf.constant(np.ones([20, 8], np.float32)), name="mm"), name="out")
-    graph_def = graph.as_graph_def(add_shapes=True)
+        x = tf1.placeholder(tf.float32, [rows, k], name="x")
+        tf.identity(tf.linalg.matmul(x, tf.constant(np.ones([k, n], np.float32)), name="mm"), name="out")
+    return graph.as_graph_def(add_shapes=True)
+
+
+def test_output_shapes_attributes_fill_what_inference_cannot():
+    graph_def = _matmul_with_output_shapes(2, 20, 8)
     placeholder = next(node for node in graph_def.node if node.name == "x")
     placeholder.attr["shape"].shape.unknown_rank = True  # inference now knows nothing of x
     del placeholder.attr["shape"].shape.dim[:]
@@ -105,11 +110,7 @@ def test_output_shapes_attributes_fill_what_inference_cannot():
 
 
 def test_shapes_fall_back_to_attributes_when_the_graph_cannot_be_imported():
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf1.placeholder(tf.float32, [4, 16], name="x")
-        tf.identity(tf.linalg.matmul(x, tf.constant(np.ones([16, 32], np.float32)), name="mm"), name="out")
-    graph_def = graph.as_graph_def(add_shapes=True)
+    graph_def = _matmul_with_output_shapes(4, 16, 32)
     custom = graph_def.node.add(name="custom", op="MyCustomOp")  # unknown to this TensorFlow
     custom.input.append("out")
     report = _diagnose(graph_def, ["custom"])

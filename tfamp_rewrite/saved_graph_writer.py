@@ -9,6 +9,7 @@ for a directory with ``--overwrite``: old -> backup, new -> OUTPUT, backup remov
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -151,29 +152,31 @@ def _temporary_path(destination: str, directory: bool) -> str:
 def write_file_atomically(path: str, data: bytes) -> None:
     """Writes ``data`` to a temporary file beside ``path``, then renames it to ``path``."""
     staged = _stage_file(path, data)
-    try:
+    with _discarded_on_error(staged):
         staged.commit()
+
+
+@contextlib.contextmanager
+def _discarded_on_error(staged: Staged):
+    """Removes ``staged`` and raises ConversionError if the block fails to write."""
+    try:
+        yield
     except OSError as error:
         staged.discard()
-        raise ConversionError("cannot write %s (%s)" % (path, error.strerror),
-                              "Choose another path") from None
+        raise ConversionError("cannot write %s (%s)" % (staged.destination, error.strerror),
+                              "Free some space or choose another path") from None
 
 
 def _stage_file(output: str, data: bytes) -> Staged:
     staged = Staged(_temporary_path(output, directory=False), output, is_directory=False)
-    try:
-        with open(staged.temporary, "wb") as handle:
-            handle.write(data)
-    except OSError as error:
-        staged.discard()
-        raise ConversionError("cannot write %s (%s)" % (output, error.strerror),
-                              "Free some space or choose another OUTPUT") from None
+    with _discarded_on_error(staged), open(staged.temporary, "wb") as handle:
+        handle.write(data)
     return staged
 
 
 def _stage_directory(saved: SavedGraph, output: str, graph_bytes: bytes) -> Staged:
     staged = Staged(_temporary_path(output, directory=True), output, is_directory=True)
-    try:
+    with _discarded_on_error(staged):
         for entry in os.listdir(saved.path):
             source, target = os.path.join(saved.path, entry), os.path.join(staged.temporary, entry)
             if entry == os.path.basename(saved.graph_file) or entry == "fingerprint.pb":
@@ -184,8 +187,4 @@ def _stage_directory(saved: SavedGraph, output: str, graph_bytes: bytes) -> Stag
                 shutil.copy2(source, target)
         with open(os.path.join(staged.temporary, os.path.basename(saved.graph_file)), "wb") as handle:
             handle.write(graph_bytes)
-    except OSError as error:
-        staged.discard()
-        raise ConversionError("cannot write %s (%s)" % (output, error.strerror),
-                              "Free some space or choose another OUTPUT") from None
     return staged
