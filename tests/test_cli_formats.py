@@ -139,3 +139,29 @@ def test_keep_io_types_is_the_default(tmp_path, capsys):
     assert code == 0
     assert "input  images                           float32 -> float32" in out
     assert "output probs                            float32 -> float32" in out
+
+
+def test_tf2_saved_model_converts_its_function_bodies(tmp_path, capsys):
+    """tf.saved_model.save: the math lives in functions; the init signature names a NoOp."""
+
+    class Dense(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.kernel = tf.Variable(np.random.default_rng(0).random([16, 8], np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32)])
+        def __call__(self, x):
+            return {"y": tf.nn.softmax(tf.linalg.matmul(x, self.kernel))}
+
+    module = Dense()
+    tf.saved_model.save(module, str(tmp_path / "tf2"), signatures=module.__call__)
+    report = tmp_path / "r.json"
+    code, _, err = run_main(capsys, "convert", str(tmp_path / "tf2"), str(tmp_path / "out"), "--validate",
+                            "--report", str(report))
+    assert code == 0, err
+    data = json.loads(report.read_text())
+    converted = [f for f in data["rewrite"]["functions"] if f["report"] and f["report"]["nodes_converted"]]
+    assert converted and converted[0]["report"]["op_counts"]["MatMul"] == {"total": 1, "converted": 1}
+    outputs = [(t["key"], t["dtype"], t["converted_dtype"]) for t in data["outputs"]]
+    assert outputs == [("y", "float32", "float32")]
+    assert data["validation"]["passed"]

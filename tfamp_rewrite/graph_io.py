@@ -174,12 +174,16 @@ class TensorDtypes:
         node = self.view.index[name]
         return self.view.vertex_dtype[self.view.output_vertex(node, port)]
 
+    def get(self, tensor: str) -> Optional[int]:
+        """``of(tensor)``, or None when there is no such tensor (e.g. an init op's NoOp)."""
+        try:
+            return self.of(tensor)
+        except (GraphRewriteError, KeyError, ValueError):
+            return None
+
     def is_floating(self, tensor: str) -> bool:
         """True if ``tensor`` exists and is float16/32/64 or bfloat16."""
-        try:
-            return self.of(tensor) in _FLOATING
-        except (GraphRewriteError, KeyError):
-            return False
+        return self.get(tensor) in _FLOATING
 
 
 def release_inputs(graph_def, inputs: Iterable[GraphTensor], casts) -> List[str]:
@@ -227,13 +231,15 @@ def record_converted_dtypes(io: GraphIO, graph_def) -> None:
     """Fills ``converted_dtype`` of every input and output from the converted graph."""
     dtypes = TensorDtypes(graph_def)
     for tensor in io.inputs + io.outputs:
-        tensor.converted_dtype = dtype_name(dtypes.of(tensor.tensor))
+        dtype = dtypes.get(tensor.tensor)
+        tensor.converted_dtype = tensor.dtype if dtype is None else dtype_name(dtype)
 
 
 def update_signatures(meta_graph, graph_def) -> None:
-    """Writes the converted graph's dtypes into every signature's TensorInfos."""
+    """Writes the converted graph's dtypes into every signature's TensorInfos (tensors only)."""
     dtypes = TensorDtypes(graph_def)
     for signature in meta_graph.signature_def.values():
         for info in list(signature.inputs.values()) + list(signature.outputs.values()):
-            if info.name:
-                info.dtype = dtypes.of(info.name)
+            dtype = dtypes.get(info.name) if info.name else None
+            if dtype is not None:
+                info.dtype = dtype
