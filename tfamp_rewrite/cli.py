@@ -191,6 +191,9 @@ def _run_convert(args) -> int:
     if args.input_data and not args.validate:
         raise ConversionError("--input-data is only used by --validate",
                               "Add --validate, or drop --input-data")
+    if args.node and not args.dot:
+        raise ConversionError("convert uses --node only to draw its neighbourhood with --dot",
+                              "Add --dot FILE; for its reasons run: tfamp-rewrite explain INPUT --node NAME")
     saved = read_saved_graph(args.input, args.tag_set)
     check_output(saved, args.output, args.overwrite)
     _check_side_outputs(args)

@@ -129,6 +129,7 @@ def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
     if constants.folded:
         report.notes.append("%d constant(s) folded into %s; the counts above include their Casts" % (
             constants.folded, options.dtype))
+    _explain_boundaries(report, io, options.keep_io_types)
     _explain_out_of_range(report, out_of_range)
     _explain_folded(report, constants)
     if not options.keep_io_types:
@@ -183,6 +184,17 @@ def _rewrite(saved: SavedGraph, io: GraphIO, options: ConvertOptions, excluded: 
         issue.consumers = sorted(name for name, const in out_of_range.items() if const == issue.name)
         issue.action = "kept float32: its readers are excluded from the rewrite"
     return result, out_of_range, list(issues.values())
+
+
+def _explain_boundaries(report: RewriteReport, io: GraphIO, keep_io_types: bool) -> None:
+    """The pass says 'preserved: fetch'; say which role the node plays in the saved graph."""
+    roles = dict.fromkeys(io.kept, "a node the saved graph's Saver or initialisation needs")
+    if keep_io_types:
+        roles.update(dict.fromkeys(io.boundary_inputs, "a graph input (keep-io-types)"))
+        roles.update(dict.fromkeys(io.boundary_outputs, "a graph output (keep-io-types)"))
+    for decision in report.decisions:
+        if decision.name in roles and decision.reason in ("preserved: fetch", "preserved: feed"):
+            decision.reason = "preserved: %s" % roles[decision.name]
 
 
 def _explain_out_of_range(report: RewriteReport, out_of_range: Dict[str, str]) -> None:

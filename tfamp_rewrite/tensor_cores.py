@@ -20,7 +20,8 @@ Per op::
 
 A dimension that misses the rule is fixed by padding it to the next multiple of 8 (zero
 weights, or rounding a layer's width up).  An unknown M (a MatMul's batch rows) cannot be
-judged statically and is not flagged.
+judged statically and is not flagged.  Only the top-level graph is analysed, not the
+bodies of library functions.
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class TensorCoreReport:
 
     def summary_lines(self, max_rows: int = 10) -> List[str]:
         if not self.ops:
-            return ["Tensor Cores: the graph has no MatMul/Conv op"]
+            return ["Tensor Cores: no MatMul/Conv op outside function bodies (those are not analysed)"]
         half_ops = sum(1 for op in self.ops if op.half)
         share = "n/a" if self.half_flop_share is None else "%.1f%%" % (100 * self.half_flop_share)
         lines = ["Tensor Cores: %s of MatMul/Conv FLOPs run in %s (%s of %s%s; %d of %d ops)" % (
@@ -259,7 +260,7 @@ def _tensors_of(graph_def, wanted) -> set:
 def _inferred_shapes(graph_def, wanted) -> Dict[str, Shape]:
     import tensorflow as tf
 
-    graph = tf.Graph()
+    graph = tf.compat.v1.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(_without_large_constants(graph_def), name="")
     shapes: Dict[str, Shape] = {}

@@ -164,7 +164,7 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
     """Loads the graph at ``path`` as ``saved.kind``; returns (outputs, best seconds)."""
     import tensorflow as tf
 
-    graph = tf.Graph()
+    graph = tf.compat.v1.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
         tensors = _load(saved, path, text, session, io, initial_values)
         feed_dict = {}
@@ -179,7 +179,7 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
                 start = time.perf_counter()
                 session.run(fetches, feed_dict)
                 best = min(best, time.perf_counter() - start)
-        except tf.errors.OpError as error:
+        except tf.compat.v1.errors.OpError as error:
             raise ConversionError("the %s graph failed to run: %s" % (
                 "converted" if path != saved.path else "original", error.message.splitlines()[0]),
                 "Validation runs on this machine's CPU; drop --validate, or try --target cpu "
