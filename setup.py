@@ -26,6 +26,7 @@ setup(
             "pytest",
             "pytest-timeout",
             "hypothesis",
+            "jsonschema",
             "ruff",
             "vermin",
             "matplotlib",

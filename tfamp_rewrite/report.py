@@ -8,7 +8,10 @@ reasons can be followed), and one ``FunctionReport`` per function of the library
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from .tensor_cores import TensorCoreReport
 
 
 @dataclass
@@ -67,6 +70,9 @@ class RewriteReport:
     decisions: List[NodeDecision] = field(default_factory=list)
     functions: List[FunctionReport] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    # FLOP share in half and multiple-of-8 diagnostics; filled by tensor_cores.diagnose
+    # (it needs static shapes, so the pass itself leaves it None; the command line fills it).
+    tensor_cores: Optional["TensorCoreReport"] = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (nested function reports included)."""
@@ -80,7 +86,7 @@ class RewriteReport:
         raise KeyError("no node named %r in the report" % name)
 
     def summary(self, max_op_rows: int = 40) -> str:
-        """NVIDIA's pass-summary fields, TensorFlow's one-line log, and counts per op type."""
+        """NVIDIA's pass-summary fields, TensorFlow's one-line log, counts per op type, Tensor Cores."""
         word = self.dtype.replace("float", "FP")
         lines = [
             "tfamp_rewrite pass summary (%s, target=%s, compat=%s)" % (self.dtype, self.target, self.compat),
@@ -114,4 +120,6 @@ class RewriteReport:
             else:
                 lines.append("  function %s: %s (%s)" % (function.name, function.status, function.reason))
         lines.extend("  note: " + note for note in self.notes)
+        if self.tensor_cores is not None:
+            lines.extend(self.tensor_cores.summary_lines())
         return "\n".join(lines)

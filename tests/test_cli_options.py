@@ -1,0 +1,152 @@
+"""Exclusions by op type and by name, inclusions, the list environment variables, --validate,
+refusing converted graphs, and --dot."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import saved_graph_models as models
+from cli_helpers import FLOAT, HALF, node_types, read_graph, run_main
+
+
+@pytest.fixture()
+def frozen(tmp_path):
+    return models.frozen_net(str(tmp_path / "net.pb"))
+
+
+def _convert(capsys, source, output, *extra):
+    code, out, err = run_main(capsys, "convert", source, str(output), *extra)
+    assert code == 0, err
+    return node_types(read_graph(str(output))), out
+
+
+def _decisions(report_path):
+    return {d["name"]: d for d in json.loads(open(report_path).read())["rewrite"]["decisions"]}
+
+
+def test_op_types_to_exclude_keeps_those_ops_float32(frozen, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    types, _ = _convert(capsys, frozen, tmp_path / "out.pb", "--op-types-to-exclude", "Conv2D,BiasAdd",
+                        "--report", str(report))
+    assert types["conv0/Conv2D"][1] == types["conv1/Conv2D"][1] == FLOAT
+    assert types["dense/MatMul"][1] == HALF
+    assert _decisions(report)["conv0/Conv2D"]["reason"] == "excluded: op type Conv2D"
+
+
+def test_nodes_to_exclude_matches_names_from_the_start(frozen, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    types, _ = _convert(capsys, frozen, tmp_path / "out.pb", "--nodes-to-exclude", "conv1/",
+                        "--nodes-to-exclude", "Conv2D", "--report", str(report))  # the second matches nothing
+    assert types["conv1/Conv2D"][1] == FLOAT
+    assert types["conv0/Conv2D"][1] == HALF
+    data = json.loads(report.read_text())
+    assert "conv1/Conv2D" in data["excluded_nodes"] and "conv0/Conv2D" not in data["excluded_nodes"]
+    assert any("'Conv2D' matches no node" in warning for warning in data["warnings"])
+
+
+def test_op_types_to_include_converts_a_deny_op(tmp_path, capsys):
+    source = models.write_frozen(models.explain_graph(), str(tmp_path / "g.pb"))
+    before, _ = _convert(capsys, source, tmp_path / "a.pb")
+    after, _ = _convert(capsys, source, tmp_path / "b.pb", "--op-types-to-include", "Exp")
+    assert before["exp"][1] == FLOAT
+    assert after["exp"][1] == HALF
+
+
+def test_list_environment_variables_reach_the_rewrite(frozen, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_ALLOWLIST_REMOVE", "MatMul")
+    monkeypatch.setenv("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD", "MatMul")
+    types, _ = _convert(capsys, frozen, tmp_path / "out.pb")
+    assert types["dense/MatMul"][1] == FLOAT
+    assert types["conv0/Conv2D"][1] == HALF
+
+
+def test_validate_passes_and_reports_errors_and_top1(frozen, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    _, out = _convert(capsys, frozen, tmp_path / "out.pb", "--validate", "--report", str(report))
+    validation = json.loads(report.read_text())["validation"]
+    assert validation["passed"] is True
+    (probs,) = validation["outputs"]
+    assert probs["name"] == "probs" and probs["top1_agreement"] == 1.0
+    assert 0 < probs["max_abs_error"] < 5e-2
+    assert "max abs err" in out and "passed" in out
+
+
+def test_validate_fails_beyond_tolerance_and_writes_nothing(frozen, tmp_path, capsys):
+    output, report = tmp_path / "out.pb", tmp_path / "r.json"
+    code, out, err = run_main(capsys, "convert", frozen, str(output), "--validate", "--rtol", "1e-7",
+                              "--atol", "1e-9", "--report", str(report))
+    assert code == 1
+    assert not output.exists() and not [name for name in os.listdir(tmp_path) if ".tmp-" in name]
+    assert "validation failed" in err and "--rtol/--atol" in err and len(err.strip().splitlines()) == 1
+    assert "beyond tolerance" in out
+    data = json.loads(report.read_text())
+    assert data["output"] is None and data["validation"]["passed"] is False
+
+
+def test_validate_with_input_data_catches_half_overflow(frozen, tmp_path, capsys):
+    source = frozen
+    inputs = models.overflow_inputs(str(tmp_path / "inputs.npz"))
+    report = tmp_path / "r.json"
+    code, out, _ = run_main(capsys, "convert", source, str(tmp_path / "out.pb"), "--validate",
+                            "--input-data", inputs, "--atol", "1e9", "--rtol", "1e9", "--report", str(report))
+    assert code == 1  # even huge tolerances do not excuse inf
+    (probs,) = json.loads(report.read_text())["validation"]["outputs"]
+    assert probs["nonfinite"] > 0 and "non-finite" in out
+
+
+def test_converted_graph_is_refused_unless_forced(frozen, tmp_path, capsys):
+    first = tmp_path / "once.pb"
+    _convert(capsys, frozen, first)
+    code, _, err = run_main(capsys, "convert", str(first), str(tmp_path / "twice.pb"))
+    assert code == 2
+    assert "is already converted" in err and "--force" in err and "'conv0/Conv2D'" in err
+    report = tmp_path / "r.json"
+    types, _ = _convert(capsys, str(first), tmp_path / "twice.pb", "--force", "--report", str(report))
+    assert types == node_types(read_graph(str(first)))  # rewriting a rewritten graph changes nothing
+    assert json.loads(report.read_text())["rewrite"]["casts_added"] == 0
+
+
+def test_overwrite_replaces_a_saved_model_directory(tmp_path, capsys):
+    source = models.saved_model(str(tmp_path))
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "stale.txt").write_text("old")
+    code, _, err = run_main(capsys, "convert", source, str(output), "--overwrite")
+    assert code == 0, err
+    assert sorted(os.listdir(output)) == ["saved_model.pb", "variables"]
+    assert sorted(os.listdir(tmp_path)) == ["out", "saved_model"]  # no backup or temporary left
+
+
+def test_dot_draws_the_painted_graph_and_a_neighbourhood(frozen, tmp_path, capsys):
+    whole, around = tmp_path / "whole.dot", tmp_path / "around.dot"
+    _convert(capsys, frozen, tmp_path / "a.pb", "--dot", str(whole))
+    _convert(capsys, frozen, tmp_path / "b.pb", "--dot", str(around), "--node", "dense/MatMul",
+             "--radius", "1")
+    text, small = whole.read_text(), around.read_text()
+    assert text.startswith("digraph") and '"conv0/Conv2D" [label="conv0/Conv2D\\nConv2D (float16)"' in text
+    assert "#ffe599" in text  # the boundary Cast of the input
+    drawn = {line.split('"')[1] for line in small.splitlines() if "[label=" in line}
+    converted = read_graph(str(tmp_path / "b.pb"))
+    matmul = next(node for node in converted.node if node.name == "dense/MatMul")
+    consumers = {node.name for node in converted.node
+                 if any(text.split(":")[0] == "dense/MatMul" for text in node.input)}
+    assert drawn == {"dense/MatMul"} | set(matmul.input) | consumers  # radius 1
+    assert "pool-0-CastToFp16-0-AutoMixedPrecision" in drawn and "logits" in drawn
+    if shutil.which("dot"):
+        with open(str(tmp_path / "around.png"), "rb") as handle:
+            assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_clamp_and_keep_float32_rules_for_out_of_range_constants(tmp_path, capsys):
+    source = models.write_frozen(models.constants_graph(), str(tmp_path / "c.pb"))
+    kept, _ = _convert(capsys, source, tmp_path / "kept.pb")
+    clamped, out = _convert(capsys, source, tmp_path / "clamped.pb", "--out-of-range", "clamp")
+    assert kept["scaled"][1] == FLOAT and kept["big"] == ("Const", FLOAT)
+    assert clamped["scaled"][1] == HALF and clamped["big"] == ("Const", HALF)
+    big = next(n for n in read_graph(str(tmp_path / "clamped.pb")).node if n.name == "big")
+    stored = np.array(big.attr["value"].tensor.half_val, np.uint16).view(np.float16)
+    assert stored.tolist() == [65504.0]
+    assert "warning: constant 'big' does not fit float16" in out and "clamped" in out
