@@ -92,11 +92,17 @@ def cache_root() -> Path:
 
 
 def _tensorflow_flags():
-    """(version, compile flags, link flags); TF's headers as system headers (no warnings)."""
+    """(version, compile flags, link flags); TF's headers as system headers (no warnings).
+
+    The TensorFlow version is passed as TFAMP_TF_MAJOR / TFAMP_TF_MINOR: newer headers no
+    longer define TF_MAJOR_VERSION themselves (their build system does).
+    """
     import tensorflow as tf
 
     compile_flags = ["-isystem" + flag[2:] if flag.startswith("-I") else flag
                      for flag in tf.sysconfig.get_compile_flags()]
+    major, minor = tf.__version__.split(".")[:2]
+    compile_flags += ["-DTFAMP_TF_MAJOR=%d" % int(major), "-DTFAMP_TF_MINOR=%d" % int(minor)]
     return tf.__version__, compile_flags, list(tf.sysconfig.get_link_flags())
 
 

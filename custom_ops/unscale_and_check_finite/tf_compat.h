@@ -5,14 +5,18 @@
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/stream_executor.h"
-#include "tensorflow/core/public/version.h"
+
+// TFAMP_TF_MAJOR / TFAMP_TF_MINOR come from the build (tfamp_rewrite/fused_op_build.py).
+#ifndef TFAMP_TF_MAJOR
+#error "build with -DTFAMP_TF_MAJOR=<major> -DTFAMP_TF_MINOR=<minor> (make op does)"
+#endif
 
 namespace tfamp {
 
 // The cudaStream_t of the op's device context, as void* so no CUDA header is needed here.
 inline void* GpuStreamOf(tensorflow::OpKernelContext* ctx) {
   stream_executor::Stream* stream = ctx->op_device_context()->stream();
-#if TF_MAJOR_VERSION > 2 || (TF_MAJOR_VERSION == 2 && TF_MINOR_VERSION >= 15)
+#if TFAMP_TF_MAJOR > 2 || (TFAMP_TF_MAJOR == 2 && TFAMP_TF_MINOR >= 15)
   return stream->platform_specific_handle().stream;
 #else
   return *stream->implementation()->GpuStreamMemberHack();
