@@ -18,6 +18,8 @@ STAMP      := $(VENV)/.tfamp-deps
 PYTEST_ARGS ?=
 
 export TF_CPP_MIN_LOG_LEVEL ?= 1
+# An editable install does not place setup.py's start-up .pth file; copy it ourselves.
+export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
 .PHONY: venv op lint test demo bench clean
 
@@ -27,6 +29,7 @@ venv:
 	  echo "installing $(TF_PACKAGE) and the package into $(VENV)"; \
 	  $(PIP) install -q --upgrade pip setuptools wheel && \
 	  $(PIP) install -q $(TF_PACKAGE) -e ".[test]" && \
+	  $(PY) -c "$$INSTALL_STARTUP_HOOK" && \
 	  echo "$(DEPS_KEY)" > $(STAMP); \
 	fi
 

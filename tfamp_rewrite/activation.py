@@ -1,8 +1,10 @@
 """The process-wide switches: sessions that rewrite, optimizers that scale their loss.
 
-* Graph rewrite: while on, ``tf.compat.v1.Session`` and ``InteractiveSession`` -- and so
-  ``MonitoredTrainingSession``, ``Estimator`` and Keras' backend session, which create
-  theirs through them -- are ``tfamp_rewrite``'s sessions.  Only sessions created while it
+* Graph rewrite: while on, constructing TensorFlow's ``Session`` or ``InteractiveSession``
+  -- directly, or through ``MonitoredTrainingSession``, ``Estimator`` or Keras' backend --
+  yields ``tfamp_rewrite``'s subclass.  The classes' ``__new__`` does it, so no name in
+  TensorFlow changes (TensorFlow's own ``super(Session, self)`` calls keep working) and
+  ``isinstance(sess, tf.compat.v1.Session)`` still holds.  Only sessions created while it
   is on rewrite (as TensorFlow's ``BaseSession`` reads its flag at construction).
 * Automatic loss scaling: while on, every ``tf.compat.v1.train.Optimizer`` scales its loss
   and skips non-finite steps by itself, through a ``LossScaleOptimizer`` it creates around
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from typing import Mapping, Optional
 
 from tensorflow.python.training import optimizer as optimizer_module
@@ -31,10 +32,6 @@ ENABLE_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 GRAPH_REWRITE_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE"
 LOSS_SCALING_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING"
 
-# Where TensorFlow code looks session classes up at call time.
-_SESSION_MODULES = ("tensorflow.python.client.session", "tensorflow.compat.v1",
-                    "tensorflow._api.v2.compat.v1", "tensorflow._api.v1.compat.v1", "tensorflow")
-_ORIGINAL_SESSIONS = dict(TF_SESSION_CLASSES)
 _REWRITING_SESSIONS = {"Session": Session, "InteractiveSession": InteractiveSession}
 _Optimizer = optimizer_module.Optimizer
 _ORIGINAL_METHODS = {name: _Optimizer.__dict__[name] for name in ("compute_gradients", "apply_gradients")}
@@ -51,27 +48,28 @@ def graph_rewrite_enabled() -> bool:
 
 
 def enable_graph_rewrite() -> None:
-    """Makes TensorFlow's session classes ``tfamp_rewrite``'s (idempotent)."""
+    """New TensorFlow sessions are ``tfamp_rewrite``'s (idempotent)."""
     global _graph_rewrite
-    _swap_session_classes(_ORIGINAL_SESSIONS, _REWRITING_SESSIONS)
+    for name, original in TF_SESSION_CLASSES.items():
+        original.__new__ = _constructing(original, _REWRITING_SESSIONS[name])
     _graph_rewrite = True
 
 
 def disable_graph_rewrite() -> None:
-    """Restores TensorFlow's session classes; sessions already created are unaffected."""
+    """New sessions are TensorFlow's again; sessions already created are unaffected."""
     global _graph_rewrite
-    _swap_session_classes(_REWRITING_SESSIONS, _ORIGINAL_SESSIONS)
+    for original in TF_SESSION_CLASSES.values():
+        if "__new__" in original.__dict__:
+            del original.__new__
     _graph_rewrite = False
 
 
-def _swap_session_classes(current, replacement) -> None:
-    for module_name in _SESSION_MODULES:
-        module = sys.modules.get(module_name)
-        if module is None:
-            continue
-        for name, cls in current.items():
-            if getattr(module, name, None) is cls:
-                setattr(module, name, replacement[name])
+def _constructing(original, replacement):
+    """A ``__new__`` for ``original`` that builds ``replacement`` (its subclass) instead."""
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(replacement if cls is original else cls)
+
+    return staticmethod(__new__)
 
 
 # -- automatic loss scaling ---------------------------------------------------------------

@@ -14,6 +14,7 @@ import re
 from typing import List, Optional, Tuple
 
 TARGET_ENV = "TFAMP_REWRITE_TARGET"
+DTYPE_ENV = "TFAMP_REWRITE_DTYPE"
 _SETTINGS = ("auto", "gpu", "cpu")
 _MIN_CAPABILITY = {"float16": (7, 0), "bfloat16": (8, 0)}
 _logger = logging.getLogger("tfamp_rewrite")
@@ -35,6 +36,14 @@ def rewrite_target_setting() -> str:
     if setting not in _SETTINGS:
         raise ValueError("%s=%r is not one of %s" % (TARGET_ENV, setting, ", ".join(_SETTINGS)))
     return setting
+
+
+def session_dtype(dtype: Optional[str] = None) -> str:
+    """The dtype sessions convert to: ``dtype``, else ``$TFAMP_REWRITE_DTYPE``, else float16."""
+    dtype = dtype or os.environ.get(DTYPE_ENV, "").strip() or "float16"
+    if dtype not in _MIN_CAPABILITY:
+        raise ValueError("rewrite dtype %r is not supported; use float16 or bfloat16" % dtype)
+    return dtype
 
 
 def gpu_compute_capabilities() -> List[Tuple[int, int]]:

@@ -1,0 +1,109 @@
+"""A plain TF1 training script: a tf.compat.v1.layers conv net on scikit-learn's digits.
+
+Written the way TF1 users write them -- graph, optimizer, Session, loop -- with mixed
+precision as the one optional line::
+
+    python examples/train_tf1/train.py            # float32
+    python examples/train_tf1/train.py --amp      # + tfamp_rewrite.enable_mixed_precision_graph_rewrite
+    TF_ENABLE_AUTO_MIXED_PRECISION=1 python examples/train_tf1/train.py   # no code change at all
+    tfamp-run examples/train_tf1/train.py          # the same, through the launcher
+
+On a machine without a Tensor Core GPU set TFAMP_REWRITE_TARGET=cpu to rewrite anyway.
+Prints progress (steps/s, loss, loss scale) and the final test accuracy; ``--json FILE``
+also writes them as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+tf1 = tf.compat.v1
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--amp", action="store_true",
+                        help="wrap the optimizer with tfamp_rewrite.enable_mixed_precision_graph_rewrite")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=0.05)
+    parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    return parser.parse_args(argv)
+
+
+def load_data(seed):
+    """Digits scaled to [0, 1], 8x8x1 images; a fixed 80/20 train/test split."""
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[..., None]
+    labels = digits.target.astype(np.int32)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    split = int(0.8 * len(labels))
+    return (images[order[:split]], labels[order[:split]]), (images[order[split:]], labels[order[split:]])
+
+
+def build_model(images):
+    net = tf1.layers.conv2d(images, 8, 3, padding="same", activation=tf.nn.relu, name="conv1")
+    net = tf1.layers.conv2d(net, 16, 3, padding="same", activation=tf.nn.relu, name="conv2")
+    net = tf1.layers.max_pooling2d(net, 2, 2)
+    net = tf1.layers.dense(tf1.layers.flatten(net), 64, activation=tf.nn.relu, name="hidden")
+    return tf1.layers.dense(net, 10, name="logits")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    (train_x, train_y), (test_x, test_y) = load_data(args.seed)
+    tf1.disable_eager_execution()
+    tf1.set_random_seed(args.seed)
+    images = tf1.placeholder(tf.float32, [None, 8, 8, 1], name="images")
+    labels = tf1.placeholder(tf.int32, [None], name="labels")
+    logits = build_model(images)
+    loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits)
+    correct = tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels)
+    accuracy = tf.reduce_mean(tf.cast(correct, tf.float32))
+    global_step = tf1.train.get_or_create_global_step()
+    optimizer = tf1.train.MomentumOptimizer(args.learning_rate, 0.9)
+    if args.amp:
+        import tfamp_rewrite
+
+        optimizer = tfamp_rewrite.enable_mixed_precision_graph_rewrite(optimizer)
+    train_op = optimizer.minimize(loss, global_step=global_step)
+    loss_scales = [v for v in tf1.global_variables() if "current_loss_scale" in v.name]
+
+    rng = np.random.default_rng(args.seed)
+    history = []
+    with tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        start = time.time()
+        for step in range(1, args.steps + 1):
+            batch = rng.integers(0, len(train_y), args.batch_size)
+            fetches = [train_op, loss] + loss_scales
+            _, loss_value, *scale = session.run(fetches, {images: train_x[batch], labels: train_y[batch]})
+            history.append({"step": step, "loss": float(loss_value),
+                            "loss_scale": float(scale[0]) if scale else None})
+            if step % args.log_every == 0 or step == args.steps:
+                rate = step / (time.time() - start)
+                print("step %5d  %7.1f steps/s  loss %.4f  loss scale %s" % (
+                    step, rate, loss_value, "%g" % scale[0] if scale else "-"), flush=True)
+        test_accuracy = float(session.run(accuracy, {images: test_x, labels: test_y}))
+        seconds = time.time() - start
+    print("final test accuracy %.4f (%d steps, %.1f s)" % (test_accuracy, args.steps, seconds))
+    result = {"test_accuracy": test_accuracy, "steps": args.steps, "seconds": seconds,
+              "loss_scale_variables": [v.name for v in loss_scales], "history": history}
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle)
+    return result
+
+
+if __name__ == "__main__":
+    main()
