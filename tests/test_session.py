@@ -65,6 +65,16 @@ def test_fetch_structures_names_and_ops(cpu_target):
     assert all(np.isinf(v).all() and v.dtype == np.float32 for v in out["list"] + [out["pair"].first])
 
 
+def test_fetch_dicts_keyed_by_arbitrary_objects(cpu_target):
+    """MonitoredSession keys its fetches by hook objects, which cannot be sorted."""
+    graph = probe_graph()
+    hook, other = object(), object()
+    with Session(graph=graph) as session:
+        out = session.run({hook: "relu:0", other: ["mm:0"], "caller": graph.get_operation_by_name("init")},
+                          FEED)
+    assert np.isinf(out[hook]).all() and np.isinf(out[other][0]).all() and out["caller"] is None
+
+
 def test_sparse_and_indexed_slices(cpu_target):
     graph = tf.Graph()
     with graph.as_default():

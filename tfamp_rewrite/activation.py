@@ -14,8 +14,9 @@
   natively (NVIDIA's builds) is left to do so.
 
 ``activate_from_environment()`` reads NVIDIA's variables (``TF_ENABLE_AUTO_MIXED_PRECISION``
-and its ``_GRAPH_REWRITE`` / ``_LOSS_SCALING`` refinements); ``deactivate()`` undoes
-everything.  This module is the only one that patches TensorFlow.
+and its ``_GRAPH_REWRITE`` / ``_LOSS_SCALING`` refinements); ``deactivate()`` turns both
+off (the optimizer methods are TensorFlow's own again; the session classes keep an inert
+``__new__``).  This module is the only one that patches TensorFlow.
 """
 from __future__ import annotations
 
@@ -51,23 +52,25 @@ def enable_graph_rewrite() -> None:
     """New TensorFlow sessions are ``tfamp_rewrite``'s (idempotent)."""
     global _graph_rewrite
     for name, original in TF_SESSION_CLASSES.items():
-        original.__new__ = _constructing(original, _REWRITING_SESSIONS[name])
+        if "__new__" not in original.__dict__:
+            original.__new__ = _constructing(original, _REWRITING_SESSIONS[name])
     _graph_rewrite = True
 
 
 def disable_graph_rewrite() -> None:
     """New sessions are TensorFlow's again; sessions already created are unaffected."""
     global _graph_rewrite
-    for original in TF_SESSION_CLASSES.values():
-        if "__new__" in original.__dict__:
-            del original.__new__
     _graph_rewrite = False
 
 
 def _constructing(original, replacement):
-    """A ``__new__`` for ``original`` that builds ``replacement`` (its subclass) instead."""
+    """A ``__new__`` for ``original`` that builds ``replacement`` (its subclass) while on.
+
+    Once installed it stays (switched by the flag): CPython cannot take an assigned
+    ``__new__`` back, the slot left behind rejects constructor arguments.
+    """
     def __new__(cls, *args, **kwargs):
-        return object.__new__(replacement if cls is original else cls)
+        return object.__new__(replacement if cls is original and _graph_rewrite else cls)
 
     return staticmethod(__new__)
 

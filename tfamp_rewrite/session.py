@@ -23,7 +23,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
 from .devices import log_once, session_dtype, session_rewrite_target
-from .shadow_graph import ShadowGraph
+from .shadow_graph import ShadowGraph, map_fetch_structure
 
 _tf1 = tf.compat.v1
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
@@ -85,7 +85,7 @@ class _RewritingSession:
             self._inner.active = previous
 
     def _map_fetches(self, fetches):
-        return tf.nest.map_structure(self._shadow.private_fetch, fetches)
+        return map_fetch_structure(fetches, self._shadow.private_fetch)
 
     def _map_feeds(self, feed_dict):
         if not feed_dict:

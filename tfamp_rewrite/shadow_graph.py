@@ -14,6 +14,8 @@ values always come back in the user graph's dtypes.
 """
 from __future__ import annotations
 
+import collections
+import collections.abc
 import threading
 from typing import Dict, List
 
@@ -138,6 +140,33 @@ class ShadowGraph:
                     cast = tf.cast(private, user.dtype, name=name)
                 self._fetch_casts[user.name] = cast
             return cast
+
+
+def map_fetch_structure(fetches, leaf_fn):
+    """``fetches`` with every leaf replaced by ``leaf_fn(leaf)``, as ``Session.run`` nests them.
+
+    Lists, tuples, namedtuples, attrs classes and mappings (any keys: MonitoredSession keys
+    its fetches by hook objects) are rebuilt with the same type; everything else is a leaf.
+    """
+    def walk(item):
+        if isinstance(item, (str, bytes, tf.Tensor, tf.Operation, tf.SparseTensor, tf.IndexedSlices)):
+            return leaf_fn(item)
+        if isinstance(item, collections.abc.Mapping):
+            result = (type(item)(item.default_factory) if isinstance(item, collections.defaultdict)
+                      else type(item)())
+            for key, value in item.items():
+                result[key] = walk(value)
+            return result
+        if isinstance(item, tuple) and hasattr(item, "_fields"):
+            return type(item)(*(walk(value) for value in item))
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(value) for value in item)
+        attributes = getattr(type(item), "__attrs_attrs__", None)
+        if attributes is not None:
+            return type(item)(*(walk(getattr(item, a.name)) for a in attributes))
+        return leaf_fn(item)
+
+    return walk(fetches)
 
 
 def _belongs_to(element, graph) -> bool:
