@@ -16,7 +16,6 @@ The dtype is ``Session(dtype=...)``, else ``TFAMP_REWRITE_DTYPE``, else float16.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import tensorflow as tf
@@ -75,14 +74,15 @@ class _RewritingSession:
         """The reports of the rewrites this session imported (empty when not rewriting)."""
         return list(self._shadow.reports) if self._shadow is not None else []
 
-    @contextlib.contextmanager
-    def _running_private_graph(self):
-        previous = getattr(self._inner, "active", False)
-        self._inner.active = True
+    def _call_base(self, method, *args):
+        """Calls the base class's ``method`` while ``self.graph`` is the private graph."""
+        inner = self._inner
+        previous = getattr(inner, "active", False)
+        inner.active = True
         try:
-            yield
+            return method(*args)
         finally:
-            self._inner.active = previous
+            inner.active = previous
 
     def _map_fetches(self, fetches):
         return map_fetch_structure(fetches, self._shadow.private_fetch)
@@ -97,32 +97,29 @@ class _RewritingSession:
         if self._shadow is None:
             return super().run(fetches, feed_dict, options, run_metadata)
         self._shadow.sync()
-        fetches, feed_dict = self._map_fetches(fetches), self._map_feeds(feed_dict)
-        with self._running_private_graph():
-            return super().run(fetches, feed_dict, options, run_metadata)
+        return self._call_base(super().run, self._map_fetches(fetches), self._map_feeds(feed_dict),
+                               options, run_metadata)
 
     def partial_run_setup(self, fetches, feeds=None):
         if self._shadow is None:
             return super().partial_run_setup(fetches, feeds)
         self._shadow.sync()
         feeds = None if feeds is None else [self._shadow.private_feed(f) for f in feeds]
-        with self._running_private_graph():
-            return super().partial_run_setup(self._map_fetches(fetches), feeds)
+        return self._call_base(super().partial_run_setup, self._map_fetches(fetches), feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):
         if self._shadow is None:
             return super().partial_run(handle, fetches, feed_dict)
-        fetches, feed_dict = self._map_fetches(fetches), self._map_feeds(feed_dict)
-        with self._running_private_graph():
-            return super().partial_run(handle, fetches, feed_dict)
+        return self._call_base(super().partial_run, handle, self._map_fetches(fetches),
+                               self._map_feeds(feed_dict))
 
     def make_callable(self, fetches, feed_list=None, accept_options=False):
         if self._shadow is None:
             return super().make_callable(fetches, feed_list, accept_options)
         self._shadow.sync()
         feed_list = None if feed_list is None else [self._shadow.private_feed(f) for f in feed_list]
-        with self._running_private_graph():
-            return super().make_callable(self._map_fetches(fetches), feed_list, accept_options)
+        return self._call_base(super().make_callable, self._map_fetches(fetches), feed_list,
+                               accept_options)
 
 
 class Session(_RewritingSession, TF_SESSION_CLASSES["Session"]):

@@ -42,6 +42,7 @@ class ShadowGraph:
         self._version = None
         self._imported: set = set()
         self._fetch_casts: Dict[str, tf.Tensor] = {}
+        self._mapped: Dict[tuple, object] = {}  # (role, user leaf) -> private element
         self._lock = threading.RLock()
 
     # -- keeping in step --------------------------------------------------------------
@@ -103,7 +104,24 @@ class ShadowGraph:
 
     # -- mapping what Session.run is given -------------------------------------------
     def private_fetch(self, element):
-        """The private-graph element to fetch for a user fetch leaf."""
+        """The private-graph element to fetch for a user fetch leaf (memoised)."""
+        return self._memoised("fetch", element, self._private_fetch)
+
+    def private_feed(self, key):
+        """The private-graph tensor (or SparseTensor) to feed for a user feed key (memoised)."""
+        return self._memoised("feed", key, self._private_feed)
+
+    def _memoised(self, role, leaf, compute):
+        # Names never change and nodes are only ever added, so a mapping stays valid.
+        try:
+            return self._mapped[(role, leaf)]
+        except KeyError:
+            mapped = self._mapped[(role, leaf)] = compute(leaf)
+            return mapped
+        except TypeError:  # an unhashable leaf
+            return compute(leaf)
+
+    def _private_fetch(self, element):
         if isinstance(element, tf.SparseTensor):
             return tf.compat.v1.SparseTensor(*map(self.private_fetch, (
                 element.indices, element.values, element.dense_shape)))
@@ -121,8 +139,7 @@ class ShadowGraph:
             return private
         return self._cast_back(user, private)
 
-    def private_feed(self, key):
-        """The private-graph tensor (or SparseTensor) to feed for a user feed key."""
+    def _private_feed(self, key):
         if isinstance(key, tf.SparseTensor):
             return tf.compat.v1.SparseTensor(*map(self.private_feed, (
                 key.indices, key.values, key.dense_shape)))
