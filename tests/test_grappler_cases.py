@@ -112,8 +112,10 @@ NEWEST_ONLY = [
                  tolerance=(F32_EPS, 5e-4), low=TL_SET_GET_LOW, float32="tl2 tl2w1 tl2r1"),
     GrapplerCase("tensor_list_push_pop", graphs.tensor_list_push_pop, added=2,
                  tolerance=(F32_EPS, 5e-4), low=TL_SET_GET_LOW, float32="tl2 tl2w1 tl2r1"),
+    # TF's 2e-4 is below float16's resolution (2**-11 ~ 4.9e-4): TF 2.21's CPU kernels land
+    # at 3.3e-4, so this case uses the float16 resolution like its neighbours.
     GrapplerCase("tensor_list_from_tensor", graphs.tensor_list_from_tensor, added=2,
-                 tolerance=(F32_EPS, 2e-4), low="allow1 tl1 tl1r1 infer1 allow2 tl2 tl2w1"),
+                 tolerance=(F32_EPS, 5e-4), low="allow1 tl1 tl1r1 infer1 allow2 tl2 tl2w1"),
     GrapplerCase("tensor_list_push_back_batch_and_concat_lists",
                  graphs.tensor_list_push_back_batch_and_concat_lists, added=2,
                  tolerance=(F32_EPS, 5e-4), low="allow1 allow2 infer1 tl1 tl2 tl3 tl3r1"),

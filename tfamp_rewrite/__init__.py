@@ -1,37 +1,46 @@
 """tfamp_rewrite: automatic mixed precision for TensorFlow 1.x graphs.
 
-The public API is what ``__all__`` lists; everything else is implementation.
+The public API is what ``__all__`` lists; everything else is implementation.  Names are
+imported on first use (PEP 562), so ``import tfamp_rewrite`` -- and the command line's
+argument checks -- do not pay for importing TensorFlow.
 """
 from __future__ import annotations
 
-from .devices import set_rewrite_target
-from .enable import disable_mixed_precision_graph_rewrite, enable_mixed_precision_graph_rewrite
-from .errors import GraphRewriteError
-from .fused_op import fused_op_available, unscale_and_check_finite
-from .loss_scale import DynamicLossScale, FixedLossScale
-from .loss_scale_optimizer import LossScaleOptimizer
-from .op_lists import OpLists, builtin_lists
-from .report import NodeDecision, RewriteReport
-from .rewrite import RewriteResult, rewrite_graph_def
-from .session import InteractiveSession, Session
+import importlib
 
-__all__ = [
-    "DynamicLossScale",
-    "FixedLossScale",
-    "GraphRewriteError",
-    "InteractiveSession",
-    "LossScaleOptimizer",
-    "NodeDecision",
-    "OpLists",
-    "RewriteReport",
-    "RewriteResult",
-    "Session",
-    "builtin_lists",
-    "disable_mixed_precision_graph_rewrite",
-    "enable_mixed_precision_graph_rewrite",
-    "fused_op_available",
-    "rewrite_graph_def",
-    "set_rewrite_target",
-    "unscale_and_check_finite",
-]
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "DynamicLossScale": "loss_scale",
+    "FixedLossScale": "loss_scale",
+    "GraphRewriteError": "errors",
+    "InteractiveSession": "session",
+    "LossScaleOptimizer": "loss_scale_optimizer",
+    "NodeDecision": "report",
+    "OpLists": "op_lists",
+    "RewriteReport": "report",
+    "RewriteResult": "rewrite",
+    "Session": "session",
+    "builtin_lists": "op_lists",
+    "disable_mixed_precision_graph_rewrite": "enable",
+    "enable_mixed_precision_graph_rewrite": "enable",
+    "fused_op_available": "fused_op",
+    "rewrite_graph_def": "rewrite",
+    "set_rewrite_target": "devices",
+    "unscale_and_check_finite": "fused_op",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError("module 'tfamp_rewrite' has no attribute %r" % name)
+    value = getattr(importlib.import_module("." + module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

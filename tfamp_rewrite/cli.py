@@ -16,9 +16,9 @@ import json
 import math
 import os
 import sys
+import tempfile
 from typing import List, Optional
 
-from .conversion import ConvertOptions, convert
 from .errors import ConversionError
 
 PROG = "tfamp-rewrite"
@@ -150,6 +150,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemExit as stop:
         return int(stop.code or 0)
     try:
+        _import_tensorflow_quietly()
         return args.run(args)
     except ConversionError as error:
         sys.stderr.write("%s: %s\n" % (PROG, error))
@@ -159,7 +160,34 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
 
 
-def _options(args) -> ConvertOptions:
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with its start-up chatter on stderr held back (shown if it fails).
+
+    TensorFlow's C++ logging writes to file descriptor 2 while it loads (oneDNN notices,
+    absl's pre-initialisation warning) whatever TF_CPP_MIN_LOG_LEVEL says; the command
+    line promises one line on stderr per problem.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as chatter:
+        os.dup2(chatter.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            os.dup2(saved_stderr, 2)
+            chatter.seek(0)
+            sys.stderr.write(chatter.read().decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+
+
+def _options(args):
+    from .conversion import ConvertOptions
+
     return ConvertOptions(
         dtype=args.dtype, target=args.target, compat=args.compat, keep_io_types=args.keep_io_types,
         inputs=_names(args.inputs), outputs=_names(args.outputs), signature=args.signature_def,
@@ -184,6 +212,7 @@ def _check_side_outputs(args) -> None:
 
 
 def _run_convert(args) -> int:
+    from .conversion import convert
     from .graph_io import update_signatures
     from .saved_graph_writer import check_output, stage_output
     from .saved_graphs import read_saved_graph
@@ -246,6 +275,7 @@ def _size(path: str) -> int:
 
 
 def _run_explain(args) -> int:
+    from .conversion import convert
     from .explain import format_chain, format_decisions, reason_chain
     from .saved_graphs import read_saved_graph
 
