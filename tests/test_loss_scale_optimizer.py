@@ -350,3 +350,24 @@ def test_wrapping_what_cannot_be_wrapped_says_what_to_do(make_opt, message):
 def test_none_loss_scale_is_rejected():
     with pytest.raises(ValueError, match="needs a loss scale; got None"):
         LossScaleOptimizer(momentum(), None)
+
+
+@pytest.mark.parametrize("devices", [("/cpu:0",), ("/cpu:0", "/cpu:1")])
+def test_one_fused_op_per_device_in_a_training_graph(devices):
+    """compute_gradients + apply_gradients unscale and check with one op per gradient device."""
+    from tfamp_rewrite import fused_op_available
+    from tfamp_rewrite.fused_op import OP_TYPE
+
+    assert fused_op_available()  # make test builds the op first
+    graph = tf.Graph()
+    with graph.as_default():
+        losses = []
+        for i, device in enumerate(devices * 2):
+            with tf.device(device):
+                w = tf.compat.v1.get_variable("w%d" % i, [3], initializer=tf.compat.v1.ones_initializer())
+                losses.append(tf.reduce_sum(w * w))
+        optimizer = LossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+        optimizer.minimize(tf.add_n(losses), colocate_gradients_with_ops=True)  # grads on devices
+    fused = [op for op in graph.get_operations() if op.type == OP_TYPE]
+    assert sorted(op.device for op in fused) == sorted(
+        tf.DeviceSpec.from_string(d).to_string() for d in devices)
