@@ -121,7 +121,8 @@ def test_wheel_ships_the_sources_and_the_builder_finds_them(tmp_path, monkeypatc
     """A non-editable install must be able to build the op on first use."""
     checkout = tmp_path / "checkout"  # a copy, so no stale build/ of the work tree leaks in
     checkout.mkdir()
-    for name in ("setup.py", "README.md", "tfamp_rewrite", "custom_ops"):
+    for name in ("setup.py", "README.md", "tfamp_rewrite", "custom_ops", "tfamp_rewrite_startup.py",
+                 "tfamp_rewrite_startup.pth"):
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
         copy(str(REPO / name), str(checkout / name))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
