@@ -19,7 +19,10 @@ PYTEST_ARGS ?=
 
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 # TensorFlow >= 2.16 serves tf.compat.v1.layers from Keras 2 (tf-keras) only with this set.
+# Only where tf-keras is installed: without it, TensorFlow 2.15's tf.keras fails to import.
+ifneq ($(findstring tf-keras,$(TF_PACKAGE))$(findstring tf_keras,$(TF_PACKAGE)),)
 export TF_USE_LEGACY_KERAS ?= 1
+endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
