@@ -1,4 +1,4 @@
-"""Test-wide settings: quiet TensorFlow, and TensorFlow's own AMP pass as a real fp16 rewrite."""
+"""Test-wide settings: quiet TensorFlow, TensorFlow's own AMP pass as a real fp16 rewrite, Horovod ranks."""
 import os
 import sys
 

@@ -1,0 +1,119 @@
+"""Runs a Python program as N Horovod ranks (Gloo) on 127.0.0.1 -- ``horovodrun`` for tests.
+
+``run_ranks(program_argv, ranks=2, timeout=...)`` starts one process per rank with the
+environment ``horovodrun --gloo -np N -H localhost:N`` would give it, and returns each
+rank's ``RankResult(returncode, stdout, stderr)``, rank order.  Differences from
+``horovodrun``, on purpose:
+
+* the rendezvous server listens on 127.0.0.1 only (``horovodrun``'s listens on every
+  interface) and Gloo talks over ``lo``;
+* every rank runs in its own process group; when a rank fails the others are killed at
+  once (they would wait for it in their next collective), and when ``timeout`` passes, the
+  launcher is interrupted or it exits, every group is killed, so no rank outlives a run;
+* output goes to files, so a rank that writes a lot cannot block on a full pipe while its
+  peer waits for it in a collective.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+RankResult = collections.namedtuple("RankResult", ["returncode", "stdout", "stderr"])
+
+LOOPBACK = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1
+
+
+class RanksTimedOut(RuntimeError):
+    """The ranks did not all finish in time; they were killed.  Carries their output."""
+
+    def __init__(self, timeout, results):
+        tails = "\n".join(f"--- rank {rank} stderr:\n{r.stderr[-2000:]}" for rank, r in enumerate(results))
+        super().__init__(f"Horovod ranks still running after {timeout} s; killed them.\n{tails}")
+        self.results = results
+
+
+def _die_with_parent():
+    """In the child: get SIGKILL when the launching process dies, whatever killed it."""
+    os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _rendezvous_server(ranks):
+    server = RendezvousHTTPServer((LOOPBACK, 0), RendezvousHandler, 0)
+    slots = get_host_assignments(parse_hosts(f"localhost:{ranks}"), ranks)
+    server.init(slots)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, slots
+
+
+def _wait(processes, deadline):
+    """Waits until all have exited or one has failed; False if the deadline came first."""
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in processes]
+        if all(code is not None for code in codes) or any(codes):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def run_ranks(program_argv, ranks=2, timeout=300, env=None):
+    """Runs ``python program_argv...`` as ``ranks`` Horovod ranks; see the module docstring.
+
+    ``env`` adds to (or, with a None value, removes from) this process's environment.
+    Raises ``RanksTimedOut`` if they have not all finished after ``timeout`` seconds.
+    """
+    base_env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for name, value in (env or {}).items():
+        if value is None:
+            base_env.pop(name, None)
+        else:
+            base_env[name] = str(value)
+    server, slots = _rendezvous_server(ranks)
+    run_env = {k: str(v) for k, v in create_run_env_vars(LOOPBACK, ["lo"], server.server_address[1]).items()}
+    processes, files = [], []
+    try:
+        for slot in slots:
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            files.append((out, err))
+            processes.append(subprocess.Popen(
+                [sys.executable, *program_argv],
+                env={**base_env, **run_env, **create_slot_env_vars(slot)},
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, preexec_fn=_die_with_parent,
+            ))
+        finished = _wait(processes, time.monotonic() + timeout)
+    finally:
+        for process in processes:  # a no-op for ranks that exited; kills the rest
+            _kill_group(process)
+        server.shutdown()
+        server.server_close()
+    results = []
+    for process, (out, err) in zip(processes, files):
+        out.seek(0)
+        err.seek(0)
+        results.append(RankResult(process.returncode, out.read(), err.read()))
+        out.close()
+        err.close()
+    if not finished:
+        raise RanksTimedOut(timeout, results)
+    return results
