@@ -2,14 +2,15 @@
 
 ``run_ranks(program_argv, ranks=2, timeout=...)`` starts one process per rank with the
 environment ``horovodrun --gloo -np N -H localhost:N`` would give it, and returns each
-rank's ``RankResult(returncode, stdout, stderr)``, rank order.  Differences from
-``horovodrun``, on purpose:
+rank's ``RankResult(returncode, stdout, stderr)``, in rank order (by default it raises
+``RanksFailed`` if a rank failed).  Differences from ``horovodrun``, on purpose:
 
 * the rendezvous server listens on 127.0.0.1 only (``horovodrun``'s listens on every
   interface) and Gloo talks over ``lo``;
 * every rank runs in its own process group; when a rank fails the others are killed at
-  once (they would wait for it in their next collective), and when ``timeout`` passes, the
-  launcher is interrupted or it exits, every group is killed, so no rank outlives a run;
+  once (they would wait for it in their next collective), and when ``timeout`` passes or
+  the launcher is interrupted every group is killed; if the launching process itself is
+  killed, the kernel kills the ranks.  No rank outlives a run;
 * output goes to files, so a rank that writes a lot cannot block on a full pipe while its
   peer waits for it in a collective.
 """
@@ -35,12 +36,15 @@ LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 
 
-class RanksTimedOut(RuntimeError):
-    """The ranks did not all finish in time; they were killed.  Carries their output."""
+class RanksFailed(RuntimeError):
+    """Ranks were still running at the timeout (and were killed) or, if checked, failed.
 
-    def __init__(self, timeout, results):
+    ``results`` holds every rank's ``RankResult``; the message ends with their stderr.
+    """
+
+    def __init__(self, problem, results):
         tails = "\n".join(f"--- rank {rank} stderr:\n{r.stderr[-2000:]}" for rank, r in enumerate(results))
-        super().__init__(f"Horovod ranks still running after {timeout} s; killed them.\n{tails}")
+        super().__init__(f"{problem}\n{tails}")
         self.results = results
 
 
@@ -77,11 +81,12 @@ def _wait(processes, deadline):
     return False
 
 
-def run_ranks(program_argv, ranks=2, timeout=300, env=None):
+def run_ranks(program_argv, ranks=2, timeout=300, env=None, check=True):
     """Runs ``python program_argv...`` as ``ranks`` Horovod ranks; see the module docstring.
 
     ``env`` adds to (or, with a None value, removes from) this process's environment.
-    Raises ``RanksTimedOut`` if they have not all finished after ``timeout`` seconds.
+    Raises ``RanksFailed`` if they have not all finished after ``timeout`` seconds, or
+    with ``check`` if one exited with a non-zero status.
     """
     base_env = dict(os.environ, PYTHONUNBUFFERED="1")
     for name, value in (env or {}).items():
@@ -115,5 +120,9 @@ def run_ranks(program_argv, ranks=2, timeout=300, env=None):
         out.close()
         err.close()
     if not finished:
-        raise RanksTimedOut(timeout, results)
+        raise RanksFailed(f"Horovod ranks still running after {timeout} s; killed them.", results)
+    failed = [rank for rank, result in enumerate(results) if result.returncode != 0]
+    if check and failed:
+        raise RanksFailed(f"Horovod rank(s) {failed} of {ranks} failed: exit statuses "
+                          f"{[r.returncode for r in results]}.", results)
     return results
