@@ -1,17 +1,21 @@
-"""One Horovod rank of test_horovod_wrap_orders: trains three steps per scenario, reports JSON.
+"""One Horovod rank of test_horovod_wrap_orders: trains four steps per scenario, reports JSON.
 
 Usage: ``python horovod_worker.py SCENARIO...`` under Horovod's Gloo environment (see
 horovod_launch), with ``TFAMP_REWRITE_TARGET=cpu`` so sessions run the float16 rewrite.
 
-Scenarios (``SCENARIOS``) are the wrap orders, each also with ``hvd.Compression.fp16``,
-and ``env``: a plain ``hvd.DistributedOptimizer(opt)`` that scales its loss by itself,
-which needs ``TF_ENABLE_AUTO_MIXED_PRECISION=1`` set before the process starts.
+Scenarios (``SCENARIOS``) are the wrap orders, each also with ``hvd.Compression.fp16``
+and with ``backward_passes_per_step=2`` (refused inside), and ``env``: a plain
+``hvd.DistributedOptimizer(opt)`` that scales its loss by itself, which needs
+``TF_ENABLE_AUTO_MIXED_PRECISION=1`` set before the process starts.
 
 Every rank differs where Horovod must make it agree: rank r scales its loss by ``1 + r``
 (different local gradients), starts with ``w + r`` and, where the scenario picks the
 scale, an initial loss scale of ``2**10 * (1 + r)``.  Rank 1 alone overflows at the
-second step.  Prints one JSON line: per scenario, the global variables after the
-broadcast and after each step, and the Horovod ops of the graph as the test needs them.
+second step (at the first, which has no allreduce, when accumulating).
+
+Prints one JSON line: per scenario, the global variables after the broadcast and after
+each step, and the Horovod ops of the graph as the test needs them -- or, for a
+scenario refused with a ValueError, its message.
 """
 from __future__ import annotations
 
@@ -45,14 +49,22 @@ SCENARIOS = {
         compression=hvd.Compression.fp16),
     "hvd_inner_fp16": lambda: LossScaleOptimizer(
         hvd.DistributedOptimizer(momentum(), compression=hvd.Compression.fp16), loss_scale()),
+    "hvd_outer_accumulate": lambda: hvd.DistributedOptimizer(
+        tfamp_rewrite.enable_mixed_precision_graph_rewrite(momentum(), loss_scale()),
+        backward_passes_per_step=2),
+    "hvd_inner_accumulate": lambda: LossScaleOptimizer(
+        hvd.DistributedOptimizer(momentum(), backward_passes_per_step=2), loss_scale()),
     "env": lambda: hvd.DistributedOptimizer(momentum()),
 }
 
 
-def loss_factors():
-    """What each step multiplies this rank's loss by."""
+def loss_factors(scenario):
+    """What each of the four steps multiplies this rank's loss by."""
     factor = 1.0 + hvd.rank()
-    return [factor, float("inf") if hvd.rank() == 1 else factor, factor]
+    factors = [factor] * 4
+    if hvd.rank() == 1:  # accumulating, the first step has no allreduce
+        factors[0 if scenario.endswith("_accumulate") else 1] = float("inf")
+    return factors
 
 
 def allreduce_dtypes(graph_def):
@@ -89,25 +101,25 @@ def collectives_in_data_dependent_conds(graph_def):
     return len(conds), inside
 
 
-def train_with_broadcast_op(problem):
+def train_with_broadcast_op(problem, factors):
     """Perturbs this rank's weights, broadcasts rank 0's variables, runs the steps."""
     with problem.graph.as_default():
         perturb = [v.assign(v + hvd.rank()) for v in tf1.trainable_variables()]
         broadcast = hvd.broadcast_global_variables(0)
-        initialize = tf1.global_variables_initializer()
+        initialize = [tf1.global_variables_initializer(), tf1.local_variables_initializer()]
     with tfamp_rewrite.Session(graph=problem.graph) as session:
         session.run(initialize)
         session.run(perturb)
         session.run(broadcast)
-        return [global_state(session)] + [step(problem, session, f) for f in loss_factors()]
+        return [global_state(session)] + [step(problem, session, f) for f in factors]
 
 
-def train_with_broadcast_hook(problem):
+def train_with_broadcast_hook(problem, factors):
     """The TF1 way: a MonitoredTrainingSession whose hook broadcasts the variables."""
     with problem.graph.as_default(), tf1.train.MonitoredTrainingSession(
         hooks=[hvd.BroadcastGlobalVariablesHook(0)]
     ) as session:
-        return [global_state(session)] + [step(problem, session, f) for f in loss_factors()]
+        return [global_state(session)] + [step(problem, session, f) for f in factors]
 
 
 def step(problem, session, factor):
@@ -119,9 +131,13 @@ def main(scenarios):
     hvd.init()
     report = {}
     for scenario in scenarios:
-        problem = build(SCENARIOS[scenario])
+        try:
+            problem = build(SCENARIOS[scenario])
+        except ValueError as error:
+            report[scenario] = {"refused": str(error)}
+            continue
         train = train_with_broadcast_hook if scenario == "env" else train_with_broadcast_op
-        states = train(problem)
+        states = train(problem, loss_factors(scenario))
         graph_def = problem.graph.as_graph_def()
         conds, collectives = collectives_in_data_dependent_conds(graph_def)
         report[scenario] = {
