@@ -62,7 +62,7 @@ def loss_factors(scenario):
     """What each of the four steps multiplies this rank's loss by."""
     factor = 1.0 + hvd.rank()
     factors = [factor] * 4
-    if hvd.rank() == 1:  # accumulating, the first step has no allreduce
+    if hvd.rank() == 1:  # at step 2; accumulating, at step 1, the one without an allreduce
         factors[0 if scenario.endswith("_accumulate") else 1] = float("inf")
     return factors
 

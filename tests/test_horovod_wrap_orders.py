@@ -1,12 +1,12 @@
 """Two real Horovod ranks (Gloo, 127.0.0.1) training with loss scaling in every supported setup.
 
 Setups (horovod_worker.SCENARIOS): ``hvd.DistributedOptimizer`` outside and inside the
-loss-scale optimizer, each also with ``hvd.Compression.fp16``, outside with gradient
-accumulation (``backward_passes_per_step=2``), and env activation
+loss-scale optimizer, each also with ``hvd.Compression.fp16``, with gradient accumulation
+(``backward_passes_per_step=2``: works outside, refused inside), and env activation
 (``TF_ENABLE_AUTO_MIXED_PRECISION=1`` with a plain ``hvd.DistributedOptimizer(opt)``).
 The ranks start from different weights and loss scales and compute different
-gradients; rank 1 alone overflows at step 2.  Both ranks must end every step with
-identical variables, skip the same step and lower the scale together -- and finish.
+gradients; rank 1 alone overflows once.  Both ranks must end every step with identical
+variables, skip the same step and lower the scale together -- and finish.
 """
 from __future__ import annotations
 
