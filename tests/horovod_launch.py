@@ -34,6 +34,8 @@ RankResult = collections.namedtuple("RankResult", ["returncode", "stdout", "stde
 
 LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
+# Loaded here: the child of a fork, with the rendezvous thread running, should only call it.
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 class RanksFailed(RuntimeError):
@@ -50,9 +52,7 @@ class RanksFailed(RuntimeError):
 
 def _die_with_parent():
     """In the child: get SIGKILL when the launching process dies, whatever killed it."""
-    os.setsid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _kill_group(process):
@@ -104,7 +104,8 @@ def run_ranks(program_argv, ranks=2, timeout=300, env=None, check=True):
             processes.append(subprocess.Popen(
                 [sys.executable, *program_argv],
                 env={**base_env, **run_env, **create_slot_env_vars(slot)},
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, preexec_fn=_die_with_parent,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, preexec_fn=_die_with_parent,
             ))
         finished = _wait(processes, time.monotonic() + timeout)
     finally:
