@@ -1,7 +1,7 @@
 # tfamp_rewrite — every target installs what it needs; nothing is done by hand.
 #
 #   make demo    run the main demo (creates .venv and installs on first use)
-#   make test    lint + the whole test suite (what CI runs)
+#   make test    lint + the whole test suite (what CI runs), the 2-process Horovod tests included
 #   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
 #
 # Another TensorFlow for a compatibility run, in its own virtualenv:
@@ -16,6 +16,15 @@ PIP        := $(PY) -m pip
 DEPS_KEY   := $(TF_PACKAGE) | $(shell cat setup.py | cksum)
 STAMP      := $(VENV)/.tfamp-deps
 PYTEST_ARGS ?=
+# Horovod for the distributed tests: PyPI has only its source, built here against the
+# installed TensorFlow (--no-build-isolation) for Gloo on CPU. Minutes once; pip's wheel
+# cache makes later installs fast. tests/horovod_support.py knows which TensorFlow it cannot
+# build against; the distributed tests skip there, with the same reason.
+HOROVOD_VERSION := 0.28.1
+HOROVOD_STAMP   := $(VENV)/.tfamp-horovod
+HOROVOD_BUILD   := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+                   HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j2 \
+                   $(PIP) install -q --no-build-isolation horovod==$(HOROVOD_VERSION)
 
 export TF_CPP_MIN_LOG_LEVEL ?= 1
 # TensorFlow >= 2.16 serves tf.compat.v1.layers from Keras 2 (tf-keras) only with this set.
@@ -26,7 +35,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv op lint test demo bench clean
+.PHONY: venv horovod op lint test demo bench clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +47,20 @@ venv:
 	  echo "$(DEPS_KEY)" > $(STAMP); \
 	fi
 
+# A wheel in pip's cache may have been built against another TensorFlow (it is keyed by the
+# source only): if the installed Horovod does not load, it is rebuilt without the cache.
+horovod: venv
+	@if [ "$$(cat $(HOROVOD_STAMP) 2>/dev/null)" != "$(DEPS_KEY)" ]; then \
+	  if ! reason=$$($(PY) tests/horovod_support.py); then echo "horovod: not installed: $$reason"; \
+	  else \
+	    echo "installing Horovod $(HOROVOD_VERSION) built against $(TF_PACKAGE) into $(VENV) (minutes, once)"; \
+	    $(HOROVOD_BUILD) && \
+	    { $(PY) -c "import horovod.tensorflow" 2>/dev/null || \
+	      $(HOROVOD_BUILD) --force-reinstall --no-deps --no-cache-dir; } && \
+	    $(PY) -c "import horovod.tensorflow" && echo "$(DEPS_KEY)" > $(HOROVOD_STAMP); \
+	  fi; \
+	fi
+
 op: venv
 	$(PY) -m tfamp_rewrite.fused_op_build
 
@@ -45,13 +68,13 @@ lint: venv
 	$(PY) -m ruff check tfamp_rewrite tests setup.py $(wildcard benchmarks examples)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
 
-test: venv op lint
+test: venv op lint horovod
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv op
 	$(PY) examples/demo.py
 
-bench: venv op
+bench: venv op horovod
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:

@@ -315,6 +315,13 @@ class _NamedLike(tf1.train.Optimizer):
         setattr(self, attribute, inner)
 
 
+def _accumulating_horovod():
+    """Like hvd.DistributedOptimizer(opt, backward_passes_per_step=2)."""
+    distributed = type("_DistributedOptimizer", (_NamedLike,), {})(momentum())
+    distributed._agg_helper = "LocalGradientAggregationHelper"
+    return distributed
+
+
 def _keras_sgd():
     return tf.keras.optimizers.legacy.SGD(0.1)
 
@@ -338,6 +345,8 @@ def _keras_sgd():
                      id="sync_replicas_inside"),
         pytest.param(lambda: type("_DistributedAdasumOptimizer", (_NamedLike,), {})(momentum()),
                      "Adasum", id="horovod_adasum_inside"),
+        pytest.param(_accumulating_horovod, "backward_passes_per_step > 1",
+                     id="horovod_accumulating_inside"),
     ],
 )
 def test_wrapping_what_cannot_be_wrapped_says_what_to_do(make_opt, message):

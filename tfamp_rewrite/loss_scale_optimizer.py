@@ -30,8 +30,10 @@ Wrapping orders (Horovod's ``hvd.DistributedOptimizer``, TF's ``SyncReplicasOpti
   accumulators have counted the step anyway (see ``_taken_from_accumulators``).
 * Rejected with ``ValueError``: a ``LossScaleOptimizer`` around a ``SyncReplicasOptimizer``
   or around Horovod's Adasum optimizer (``op=hvd.Adasum``): both communicate inside
-  ``apply_gradients``, which would put that communication in the skip branch.  Wrap them
-  around the ``LossScaleOptimizer`` instead.
+  ``apply_gradients``, which would put that communication in the skip branch.  Also
+  around an ``hvd.DistributedOptimizer`` with ``backward_passes_per_step > 1``: between
+  its allreduces it returns this rank's own gradients, so each rank would skip and
+  rescale on its own.  Wrap them around the ``LossScaleOptimizer`` instead.
 
 ``get_slot``, ``get_slot_names`` and ``variables`` answer for the wrapped optimizer (the
 last adds the loss-scale variables), and every attribute that neither this class nor
@@ -131,6 +133,14 @@ def _check_wrappable(opt):
                 f"Cannot add loss scaling around {kind}: {_APPLY_TIME_COMMUNICATORS[kind]}, "
                 "which would then run inside the skip-this-step branch. Wrap "
                 f"{kind.lstrip('_')} around the LossScaleOptimizer instead."
+            )
+        if getattr(inner, "__dict__", {}).get("_agg_helper") is not None:  # Horovod's
+            raise ValueError(
+                f"Cannot add loss scaling around {kind} with backward_passes_per_step > 1: "
+                "between its allreduces it returns this rank's own gradients, so ranks would "
+                "skip steps and change their loss scales independently. Wrap "
+                "hvd.DistributedOptimizer(..., backward_passes_per_step=N) around the "
+                "LossScaleOptimizer instead."
             )
 
 

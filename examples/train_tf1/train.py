@@ -7,6 +7,12 @@ precision as the one optional line::
     python examples/train_tf1/train.py --amp      # + tfamp_rewrite.enable_mixed_precision_graph_rewrite
     TF_ENABLE_AUTO_MIXED_PRECISION=1 python examples/train_tf1/train.py   # no code change at all
     tfamp-run examples/train_tf1/train.py          # the same, through the launcher
+    horovodrun -np 2 -H localhost:2 --gloo python examples/train_tf1/train.py --horovod --amp
+
+With ``--horovod`` it is a data-parallel Horovod script: each rank trains on its shard of
+the data with ``hvd.DistributedOptimizer`` around the (loss-scaled) optimizer, the learning
+rate scaled by the number of ranks, rank 0's initial variables broadcast to the others,
+and only rank 0 prints.
 
 On a machine without a Tensor Core GPU set TFAMP_REWRITE_TARGET=cpu to rewrite anyway.
 Prints progress (steps/s, loss, loss scale) and the final test accuracy; ``--json FILE``
@@ -32,9 +38,11 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--amp", action="store_true",
                         help="wrap the optimizer with tfamp_rewrite.enable_mixed_precision_graph_rewrite")
+    parser.add_argument("--horovod", action="store_true",
+                        help="train data-parallel on the Horovod ranks (run under horovodrun)")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=0.05)
+    parser.add_argument("--batch-size", type=int, default=64, help="per rank")
+    parser.add_argument("--learning-rate", type=float, default=0.05, help="for one rank")
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the results to this JSON file")
@@ -61,7 +69,18 @@ def build_model(images):
 
 def main(argv=None):
     args = parse_args(argv)
+    rank, ranks = 0, 1
+    if args.horovod:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        rank, ranks = hvd.rank(), hvd.size()
+    log = print if rank == 0 else (lambda *_, **__: None)
     (train_x, train_y), (test_x, test_y) = load_data(args.seed)
+    train_x, train_y = train_x[rank::ranks], train_y[rank::ranks]  # this rank's shard
+    if args.horovod:
+        log("horovod: %d ranks, %d training images each, learning rate %g" % (
+            ranks, len(train_y), args.learning_rate * ranks))
     tf1.disable_eager_execution()
     tf1.set_random_seed(args.seed)
     images = tf1.placeholder(tf.float32, [None, 8, 8, 1], name="images")
@@ -71,18 +90,24 @@ def main(argv=None):
     correct = tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels)
     accuracy = tf.reduce_mean(tf.cast(correct, tf.float32))
     global_step = tf1.train.get_or_create_global_step()
-    optimizer = tf1.train.MomentumOptimizer(args.learning_rate, 0.9)
+    # Each step averages the gradients of `ranks` batches: scale the learning rate with it.
+    optimizer = tf1.train.MomentumOptimizer(args.learning_rate * ranks, 0.9)
     if args.amp:
         import tfamp_rewrite
 
         optimizer = tfamp_rewrite.enable_mixed_precision_graph_rewrite(optimizer)
+    if args.horovod:
+        optimizer = hvd.DistributedOptimizer(optimizer)
     train_op = optimizer.minimize(loss, global_step=global_step)
+    # After minimize, so that the slots and the loss scale are broadcast too.
+    broadcast = hvd.broadcast_global_variables(0) if args.horovod else tf.no_op()
     loss_scales = [v for v in tf1.global_variables() if "current_loss_scale" in v.name]
 
     rng = np.random.default_rng(args.seed)
     history = []
     with tf1.Session() as session:
         session.run(tf1.global_variables_initializer())
+        session.run(broadcast)
         start = time.time()
         for step in range(1, args.steps + 1):
             batch = rng.integers(0, len(train_y), args.batch_size)
@@ -92,14 +117,14 @@ def main(argv=None):
                             "loss_scale": float(scale[0]) if scale else None})
             if step % args.log_every == 0 or step == args.steps:
                 rate = step / (time.time() - start)
-                print("step %5d  %7.1f steps/s  loss %.4f  loss scale %s" % (
+                log("step %5d  %7.1f steps/s  loss %.4f  loss scale %s" % (
                     step, rate, loss_value, "%g" % scale[0] if scale else "-"), flush=True)
         test_accuracy = float(session.run(accuracy, {images: test_x, labels: test_y}))
         seconds = time.time() - start
-    print("final test accuracy %.4f (%d steps, %.1f s)" % (test_accuracy, args.steps, seconds))
+    log("final test accuracy %.4f (%d steps, %.1f s)" % (test_accuracy, args.steps, seconds))
     result = {"test_accuracy": test_accuracy, "steps": args.steps, "seconds": seconds,
               "loss_scale_variables": [v.name for v in loss_scales], "history": history}
-    if args.json:
+    if args.json and rank == 0:
         with open(args.json, "w") as handle:
             json.dump(result, handle)
     return result
