@@ -1,0 +1,62 @@
+"""examples/transformer: a tiny BERT-style encoder trains in fp32, AMP and AMP+XLA."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from example_runs import (
+    TINY_TRANSFORMER,
+    example_main,
+    fp32_and_amp_runs,
+    half_hlo_instructions,
+    run_example_process,
+    xla_dump_flags,
+)
+
+BENCHMARK = ["--mode", "training_benchmark", "--num_iter", "6", "--warmup_steps", "2", "--step_stats"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """fp32 and AMP results of the same tiny benchmark run (same seed, same batches)."""
+    return fp32_and_amp_runs("transformer", TINY_TRANSFORMER + BENCHMARK, tmp_path_factory)
+
+
+def test_amp_executes_attention_and_dense_matmuls_in_half(runs):
+    amp, fp32 = runs["amp"]["executed_graph"], runs["fp32"]["executed_graph"]
+    assert amp["half_compute_nodes"] > 0 and amp["float_compute_nodes"] == 0
+    half_ops = amp["half_compute_ops"]
+    assert half_ops.get("BatchMatMulV2", 0) >= 2 and half_ops.get("MatMul", 0) >= 6
+    assert fp32["half_compute_nodes"] == 0 and fp32["float_compute_nodes"] > 0
+
+
+def test_amp_loss_tracks_fp32_on_the_same_seed(runs):
+    fp32, amp = runs["fp32"]["history"], runs["amp"]["history"]
+    assert fp32[-1]["loss"] < fp32[0]["loss"] and amp[-1]["loss"] < amp[0]["loss"]
+    for first, second in zip(fp32, amp):
+        assert second["loss"] == pytest.approx(first["loss"], rel=0.02)
+    assert runs["amp"]["unit"] == "sequences/s" and runs["amp"]["throughput"] > 0
+
+
+def test_amp_with_xla_compiles_half_matmuls_into_clusters(runs, tmp_path):
+    args = TINY_TRANSFORMER + BENCHMARK + ["--use_tf_amp", "--use_xla"]
+    result = run_example_process("transformer", args, tmp_path, **xla_dump_flags(tmp_path / "hlo"))
+    assert result["executed_graph"]["xla_compiled"], result["executed_graph"]["xla_ops"]
+    # The clusters hide their kernels from step stats; the HLO they were compiled from shows them.
+    assert any("BatchMatMulV2" in line for line in half_hlo_instructions(tmp_path / "hlo", "dot"))
+    assert result["final_loss"] == pytest.approx(runs["fp32"]["final_loss"], rel=0.05)
+    assert " - Summary: train_throughput : " in result["stdout"] and " sequences/s " in result["stdout"]
+
+
+def test_every_masked_token_is_visible_elsewhere_in_its_phase():
+    example_main("transformer")  # puts examples/ on the path
+    from transformer import data
+
+    inputs, targets, weights = data.make_examples(200, 16, 12, seed=3)
+    assert (weights.sum(axis=1) >= 2).all() and (inputs[weights > 0] == data.MASK).all()
+    assert (inputs[weights == 0] == targets[weights == 0]).all()
+    for row in range(200):
+        period = next(p for p in range(data.MIN_PERIOD, data.MAX_PERIOD + 1)
+                      if (targets[row, p:] == targets[row, :-p]).all())
+        for position in np.flatnonzero(weights[row]):
+            same_phase = inputs[row, position % period::period]
+            assert targets[row, position] in same_phase[same_phase != data.MASK]
