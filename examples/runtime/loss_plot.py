@@ -1,7 +1,8 @@
 """The figure users compare runs with: training loss fp32 vs AMP, and the loss scale.
 
 Two panels: the training loss of both runs per step (each raw, faint, and as a moving
-average) and the dynamic loss scale of the AMP run (log2 axis).  Drawn with
+average) and the dynamic loss scale of the AMP run (log2 axis), with the number of
+steps it skipped because the gradients overflowed.  Drawn with
 matplotlib's Agg backend, so no display is needed.
 """
 from __future__ import annotations
@@ -43,6 +44,9 @@ def plot_loss_curves(path: str, fp32_history: List[dict], amp_history: List[dict
     if scales:
         scale_axes.step([s for s, _ in scales], [v for _, v in scales], where="post", color="tab:orange")
         scale_axes.set_yscale("log", base=2)
+        overflows = sum(1 for (_, before), (_, after) in zip(scales, scales[1:]) if after < before)
+        scale_axes.text(0.02, 0.04, "%d step(s) skipped on inf/nan gradients (scale halved)" % overflows,
+                        transform=scale_axes.transAxes)
     scale_axes.set_xlabel("step")
     scale_axes.set_ylabel("loss scale")
     scale_axes.set_title("AMP dynamic loss scale")
