@@ -21,6 +21,8 @@ EXAMPLES = os.path.join(ROOT, "examples")
 
 TINY_RESNET = ["--image_size", "32", "--width", "8", "--blocks", "1,1,1,1", "--num_classes", "10",
                "--batch_size", "8", "--lr_warmup_epochs", "0", "--lr_init", "1.0"]
+# A short training benchmark that also traces one step (what the executor ran).
+BENCHMARK = ["--mode", "training_benchmark", "--num_iter", "6", "--warmup_steps", "2", "--step_stats"]
 TINY_TRANSFORMER = ["--seq_len", "8", "--vocab_size", "16", "--hidden_size", "16", "--num_heads", "2",
                     "--ffn_size", "32", "--num_layers", "1", "--dropout", "0", "--batch_size", "8",
                     "--num_examples", "64", "--lr_warmup_steps", "1", "--lr_init", "0.01"]
@@ -69,18 +71,38 @@ def summary_tags(results_dir) -> set:
     return tags
 
 
-def fp32_and_amp_runs(name: str, args, tmp_path_factory) -> dict:
-    """``{"fp32": results, "amp": results}`` of ``examples/<name>`` run in this process.
+def fp32_and_amp_fixture(name: str, args):
+    """A module-scoped fixture: ``{"fp32": results, "amp": results}`` of ``examples/<name>``.
 
-    Same flags and seed for both; AMP adds ``--use_tf_amp`` with the rewrite on the CPU.
-    Each result also has ``"dir"``, its ``--results_dir``.
+    Both run in this process with the same flags and seed; AMP adds ``--use_tf_amp`` with
+    the rewrite on the CPU.  Each result also has ``"dir"``, its ``--results_dir``.
     """
-    main = example_main(name)
-    results = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-        for precision, extra in (("fp32", []), ("amp", ["--use_tf_amp"])):
-            results_dir = tmp_path_factory.mktemp(name + "_" + precision)
-            results[precision] = main(list(args) + extra + ["--results_dir", str(results_dir)])
-            results[precision]["dir"] = results_dir
-    return results
+    @pytest.fixture(scope="module")
+    def runs(tmp_path_factory):
+        main = example_main(name)
+        results = {}
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+            for precision, extra in (("fp32", []), ("amp", ["--use_tf_amp"])):
+                results_dir = tmp_path_factory.mktemp(name + "_" + precision)
+                results[precision] = main(list(args) + extra + ["--results_dir", str(results_dir)])
+                results[precision]["dir"] = results_dir
+        return results
+
+    return runs
+
+
+def assert_only_amp_ran_half_kernels(runs: dict) -> None:
+    """The AMP run executed every conv/matmul node in half precision, the fp32 run none."""
+    amp, fp32 = runs["amp"]["executed_graph"], runs["fp32"]["executed_graph"]
+    assert amp["half_compute_nodes"] > 0 and amp["float_compute_nodes"] == 0, amp
+    assert fp32["half_compute_nodes"] == 0 and fp32["float_compute_nodes"] > 0, fp32
+
+
+def assert_amp_loss_tracks_fp32(runs: dict, rel: float) -> None:
+    """Both runs learn, and at every step the AMP loss is within ``rel`` of the fp32 loss."""
+    fp32, amp = runs["fp32"]["history"], runs["amp"]["history"]
+    assert len(fp32) == len(amp) > 1
+    assert fp32[-1]["loss"] < fp32[0]["loss"] and amp[-1]["loss"] < amp[0]["loss"]
+    for first, second in zip(fp32, amp):
+        assert second["loss"] == pytest.approx(first["loss"], rel=rel), (first, second)

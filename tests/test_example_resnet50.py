@@ -14,28 +14,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from example_runs import (
+    BENCHMARK,
     TINY_RESNET,
+    assert_amp_loss_tracks_fp32,
+    assert_only_amp_ran_half_kernels,
     example_main,
-    fp32_and_amp_runs,
+    fp32_and_amp_fixture,
     half_hlo_instructions,
     run_example_process,
     summary_tags,
     xla_dump_flags,
 )
 
-BENCHMARK = ["--mode", "training_benchmark", "--num_iter", "6", "--warmup_steps", "2", "--step_stats"]
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """fp32 and AMP results of the same tiny benchmark run (same seed, same synthetic batch)."""
-    return fp32_and_amp_runs("resnet50", TINY_RESNET + BENCHMARK, tmp_path_factory)
+runs = fp32_and_amp_fixture("resnet50", TINY_RESNET + BENCHMARK)
 
 
 def test_amp_executes_every_convolution_and_matmul_in_half(runs):
-    amp, fp32 = runs["amp"]["executed_graph"], runs["fp32"]["executed_graph"]
-    assert amp["half_compute_nodes"] > 0 and amp["float_compute_nodes"] == 0
-    assert fp32["half_compute_nodes"] == 0 and fp32["float_compute_nodes"] > 0
+    assert_only_amp_ran_half_kernels(runs)
     assert runs["amp"]["rewrite"]["nodes_converted"] > 0 and runs["fp32"]["rewrite"] is None
 
 
@@ -46,13 +41,9 @@ def test_amp_moves_far_fewer_activation_bytes_than_fp32(runs):
 
 
 def test_amp_loss_tracks_fp32_on_the_same_seed(runs):
-    fp32, amp = runs["fp32"]["history"], runs["amp"]["history"]
-    assert len(fp32) == len(amp) == 6
-    assert fp32[-1]["loss"] < fp32[0]["loss"] and amp[-1]["loss"] < amp[0]["loss"]
-    for first, second in zip(fp32, amp):
-        assert second["loss"] == pytest.approx(first["loss"], rel=0.02)
-    assert all(step["loss_scale"] >= 1 for step in amp)
-    assert all(step["loss_scale"] is None for step in fp32)
+    assert_amp_loss_tracks_fp32(runs, rel=0.02)
+    assert all(step["loss_scale"] >= 1 for step in runs["amp"]["history"])
+    assert all(step["loss_scale"] is None for step in runs["fp32"]["history"])
 
 
 def test_results_json_and_tensorboard_events_hold_throughput_and_loss_scale(runs):

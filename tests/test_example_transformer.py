@@ -4,36 +4,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from example_runs import (
+    BENCHMARK,
     TINY_TRANSFORMER,
+    assert_amp_loss_tracks_fp32,
+    assert_only_amp_ran_half_kernels,
     example_main,
-    fp32_and_amp_runs,
+    fp32_and_amp_fixture,
     half_hlo_instructions,
     run_example_process,
     xla_dump_flags,
 )
 
-BENCHMARK = ["--mode", "training_benchmark", "--num_iter", "6", "--warmup_steps", "2", "--step_stats"]
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """fp32 and AMP results of the same tiny benchmark run (same seed, same batches)."""
-    return fp32_and_amp_runs("transformer", TINY_TRANSFORMER + BENCHMARK, tmp_path_factory)
+runs = fp32_and_amp_fixture("transformer", TINY_TRANSFORMER + BENCHMARK)
 
 
 def test_amp_executes_attention_and_dense_matmuls_in_half(runs):
-    amp, fp32 = runs["amp"]["executed_graph"], runs["fp32"]["executed_graph"]
-    assert amp["half_compute_nodes"] > 0 and amp["float_compute_nodes"] == 0
-    half_ops = amp["half_compute_ops"]
+    assert_only_amp_ran_half_kernels(runs)
+    half_ops = runs["amp"]["executed_graph"]["half_compute_ops"]
     assert half_ops.get("BatchMatMulV2", 0) >= 2 and half_ops.get("MatMul", 0) >= 6
-    assert fp32["half_compute_nodes"] == 0 and fp32["float_compute_nodes"] > 0
 
 
 def test_amp_loss_tracks_fp32_on_the_same_seed(runs):
-    fp32, amp = runs["fp32"]["history"], runs["amp"]["history"]
-    assert fp32[-1]["loss"] < fp32[0]["loss"] and amp[-1]["loss"] < amp[0]["loss"]
-    for first, second in zip(fp32, amp):
-        assert second["loss"] == pytest.approx(first["loss"], rel=0.02)
+    assert_amp_loss_tracks_fp32(runs, rel=0.02)
     assert runs["amp"]["unit"] == "sequences/s" and runs["amp"]["throughput"] > 0
 
 

@@ -95,10 +95,11 @@ class ProgressPrinter:
 
     def summary(self, data: Dict[str, object], throughput_key: str = "train_throughput",
                 throughput: Optional[float] = None) -> None:
-        """The ``Summary:`` line; ``throughput`` (if known) comes first, with the unit."""
-        fields = []
-        if throughput is not None:
-            fields.append("%s : %.2f %s" % (throughput_key, throughput, self.unit))
+        """The ``Summary:`` line: ``throughput`` first (None: no step after the warm-up), then ``data``."""
+        if throughput is None:
+            fields = ["%s : n/a (every step was a warm-up step)" % throughput_key]
+        else:
+            fields = ["%s : %.2f %s" % (throughput_key, throughput, self.unit)]
         fields.extend("%s : %s" % (key, format_value(value)) for key, value in data.items())
         self.print("%s - Summary: %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(fields)))
 

@@ -70,7 +70,9 @@ def run(task: Task, args) -> dict:
 
 
 def _header(printer, task, args, steps, training, notes):
-    precision = "AMP (float16 rewrite, dynamic loss scaling)" if args.use_tf_amp else "float32"
+    precision = "float32"
+    if args.use_tf_amp:
+        precision = "AMP (float16 rewrite%s)" % (", dynamic loss scaling" if training else "")
     printer.print("%s %s: batch size %d, %d steps (%d warm-up), %s, XLA %s, data: %s" % (
         task.name, args.mode, args.batch_size, steps, min(args.warmup_steps, steps), precision,
         "on" if args.use_xla else "off", task.describe_data(training)))
