@@ -65,8 +65,9 @@ op: venv
 	$(PY) -m tfamp_rewrite.fused_op_build
 
 lint: venv
-	$(PY) -m ruff check tfamp_rewrite tests setup.py $(wildcard benchmarks examples)
-	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses tfamp_rewrite setup.py
+	$(PY) -m ruff check tfamp_rewrite tfamp_rewrite_startup.py tests setup.py benchmarks examples
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses \
+	  tfamp_rewrite tfamp_rewrite_startup.py setup.py tests examples benchmarks
 
 test: venv op lint horovod
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 
@@ -45,10 +44,6 @@ def parse_args(argv=None):
 def train_once(label, argv):
     """Runs train_tf1's ``main(argv)`` in a fresh graph; returns ``(result, graph, seconds)``."""
     print("\n== %s: python examples/train_tf1/train.py %s" % (label, " ".join(argv)), flush=True)
-    # train.py's tf.compat.v1.layers take their initializers from Keras 2, which (TF >= 2.x)
-    # draws unseeded initializer seeds from Python's random module: seed it, so that both
-    # runs start from the same weights, as tf.compat.v1.set_random_seed does on TF 1.15.
-    random.seed(SEED)
     started = time.time()
     with switches.amp_switch_restored(), tf.Graph().as_default() as graph:
         result = train.main(argv)

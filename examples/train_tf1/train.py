@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -83,6 +84,9 @@ def main(argv=None):
             ranks, len(train_y), args.learning_rate * ranks))
     tf1.disable_eager_execution()
     tf1.set_random_seed(args.seed)
+    # On TF 2.x tf.compat.v1.layers take their initializers from Keras 2, which draws their
+    # seeds from Python's random module: seed it too, so --seed fixes the initial weights.
+    random.seed(args.seed)
     images = tf1.placeholder(tf.float32, [None, 8, 8, 1], name="images")
     labels = tf1.placeholder(tf.int32, [None], name="labels")
     logits = build_model(images)
