@@ -42,7 +42,8 @@ class ShadowGraph:
         self._version = None
         self._imported: set = set()
         self._fetch_casts: Dict[str, tf.Tensor] = {}
-        self._mapped: Dict[tuple, object] = {}  # (role, user leaf) -> private element
+        self._fetches: Dict[object, object] = {}  # user fetch leaf -> private element
+        self._feeds: Dict[object, object] = {}    # user feed key -> private tensor
         self._lock = threading.RLock()
 
     # -- keeping in step --------------------------------------------------------------
@@ -105,21 +106,11 @@ class ShadowGraph:
     # -- mapping what Session.run is given -------------------------------------------
     def private_fetch(self, element):
         """The private-graph element to fetch for a user fetch leaf (memoised)."""
-        return self._memoised("fetch", element, self._private_fetch)
+        return _memoised(self._fetches, element, self._private_fetch)
 
     def private_feed(self, key):
         """The private-graph tensor (or SparseTensor) to feed for a user feed key (memoised)."""
-        return self._memoised("feed", key, self._private_feed)
-
-    def _memoised(self, role, leaf, compute):
-        # Names never change and nodes are only ever added, so a mapping stays valid.
-        try:
-            return self._mapped[(role, leaf)]
-        except KeyError:
-            mapped = self._mapped[(role, leaf)] = compute(leaf)
-            return mapped
-        except TypeError:  # an unhashable leaf
-            return compute(leaf)
+        return _memoised(self._feeds, key, self._private_feed)
 
     def _private_fetch(self, element):
         if isinstance(element, tf.SparseTensor):
@@ -159,14 +150,31 @@ class ShadowGraph:
             return cast
 
 
+def _memoised(cache, leaf, compute):
+    # Names never change and nodes are only ever added, so a mapping stays valid.
+    try:
+        return cache[leaf]
+    except KeyError:
+        mapped = cache[leaf] = compute(leaf)
+        return mapped
+    except TypeError:  # an unhashable leaf
+        return compute(leaf)
+
+
+_LEAVES = (str, bytes, tf.Tensor, tf.Operation, tf.SparseTensor, tf.IndexedSlices)
+
+
 def map_fetch_structure(fetches, leaf_fn):
     """``fetches`` with every leaf replaced by ``leaf_fn(leaf)``, as ``Session.run`` nests them.
 
     Lists, tuples, namedtuples, attrs classes and mappings (any keys: MonitoredSession keys
     its fetches by hook objects) are rebuilt with the same type; everything else is a leaf.
     """
+    if isinstance(fetches, _LEAVES):  # the common case, without building a walker
+        return leaf_fn(fetches)
+
     def walk(item):
-        if isinstance(item, (str, bytes, tf.Tensor, tf.Operation, tf.SparseTensor, tf.IndexedSlices)):
+        if isinstance(item, _LEAVES):
             return leaf_fn(item)
         if isinstance(item, collections.abc.Mapping):
             result = (type(item)(item.default_factory) if isinstance(item, collections.defaultdict)
