@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Dict
 
@@ -28,6 +29,11 @@ XLA_OPS = ("_XlaCompile", "_XlaRun")
 
 def is_compute_op(op_type: str) -> bool:
     return "Conv" in op_type or "MatMul" in op_type
+
+
+def op_name(executed_op: str) -> str:
+    """The graph op behind an executed kernel op: oneDNN's ``_Mkl`` / ``_MklNative`` dropped."""
+    return re.sub(r"^_Mkl(Native)?", "", executed_op)
 
 
 @dataclass
@@ -74,7 +80,8 @@ class ExecutedGraph:
                     continue
                 if node.attr["T"].type in HALF_TYPES:
                     stats.half_compute_nodes += 1
-                    stats.half_compute_ops[node.op] = stats.half_compute_ops.get(node.op, 0) + 1
+                    op = op_name(node.op)
+                    stats.half_compute_ops[op] = stats.half_compute_ops.get(op, 0) + 1
                 else:
                     stats.float_compute_nodes += 1
         for device in run_metadata.step_stats.dev_stats:

@@ -6,10 +6,10 @@
   Evaluation builds no optimizer, so it runs ``tfamp_rewrite.Session`` directly.
 * XLA is auto-clustering, ``global_jit_level = ON_1`` in the session config.  TensorFlow
   auto-clusters CPU ops only with ``TF_XLA_FLAGS=--tf_xla_cpu_global_jit``, which it reads
-  once per process, early (building a training graph can be enough); without a CUDA build
-  of TensorFlow ``xla_session_config`` adds the flag to this process's environment, so
-  call it before building anything -- in a process where TensorFlow has read the flags
-  already it is too late: start a new one.
+  once per process, early (building a training graph, or listing devices, is enough);
+  when no GPU will be used ``xla_session_config`` adds the flag to this process's
+  environment, so call it before building anything -- in a process where TensorFlow has
+  read the flags already it is too late: start a new one.
 """
 from __future__ import annotations
 
@@ -26,10 +26,22 @@ tf1 = tf.compat.v1
 CPU_JIT_FLAG = "--tf_xla_cpu_global_jit"
 
 
-def built_for_gpus() -> bool:
-    """True for a CUDA build of TensorFlow (asked without initialising any device: listing
-    devices would make TensorFlow read TF_XLA_FLAGS before this module can set them)."""
-    return tf.test.is_built_with_cuda()
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
+
+
+def gpus_visible() -> bool:
+    """True if this TensorFlow is a CUDA build and the NVIDIA driver shows a GPU.
+
+    Asked without TensorFlow's device listing, which would make it read TF_XLA_FLAGS before
+    this module can set them; the build flag alone is not enough (TensorFlow 2.21's CPU
+    wheel reports a CUDA build).
+    """
+    if not tf.test.is_built_with_cuda() or os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    try:
+        return bool(os.listdir(NVIDIA_GPUS))
+    except OSError:
+        return False
 
 
 def xla_session_config(use_xla: bool, notes: Optional[List[str]] = None) -> tf1.ConfigProto:
@@ -39,10 +51,10 @@ def xla_session_config(use_xla: bool, notes: Optional[List[str]] = None) -> tf1.
         return config
     config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
     flags = os.environ.get("TF_XLA_FLAGS", "")
-    if CPU_JIT_FLAG not in flags.split() and not built_for_gpus():
+    if CPU_JIT_FLAG not in flags.split() and not gpus_visible():
         os.environ["TF_XLA_FLAGS"] = (flags + " " + CPU_JIT_FLAG).strip()
         if notes is not None:
-            notes.append("TensorFlow without CUDA: TF_XLA_FLAGS=%s set so that XLA clusters CPU ops"
+            notes.append("no GPU: TF_XLA_FLAGS=%s set so that XLA clusters CPU ops"
                          % os.environ["TF_XLA_FLAGS"])
     return config
 
