@@ -11,7 +11,7 @@ COPY . .
 RUN python -m pip install --no-cache-dir . scikit-learn
 # Build the fused op against the image's TensorFlow with its CUDA 12 nvcc, for V100 (sm_70)
 # to H100 (sm_90); without it the package falls back to composite TF ops and says so.
-RUN TFAMP_CUDA_ARCHS=70,75,80,86,90 python -m tfamp_rewrite.fused_op_build \
+RUN TFAMP_CUDA_ARCHS=70,75,80,86,90 python -m tfamp_rewrite.fused_op.build \
  && python -c "import tfamp_rewrite, tensorflow as tf; print('tfamp_rewrite', tfamp_rewrite.__version__, \
 'on TensorFlow', tf.__version__, '- fused op:', tfamp_rewrite.fused_op_available())"
 # NVIDIA's own AMP reacts to TF_ENABLE_AUTO_MIXED_PRECISION too: tfamp_rewrite's sessions turn

@@ -18,7 +18,7 @@ STAMP      := $(VENV)/.tfamp-deps
 PYTEST_ARGS ?=
 # Horovod for the distributed tests: PyPI has only its source, built here against the
 # installed TensorFlow (--no-build-isolation) for Gloo on CPU. Minutes once; pip's wheel
-# cache makes later installs fast. tests/horovod_support.py knows which TensorFlow it cannot
+# cache makes later installs fast. tests/support/horovod_support.py knows which TensorFlow it cannot
 # build against; the distributed tests skip there, with the same reason.
 HOROVOD_VERSION := 0.28.1
 HOROVOD_STAMP   := $(VENV)/.tfamp-horovod
@@ -51,7 +51,7 @@ venv:
 # source only): if the installed Horovod does not load, it is rebuilt without the cache.
 horovod: venv
 	@if [ "$$(cat $(HOROVOD_STAMP) 2>/dev/null)" != "$(DEPS_KEY)" ]; then \
-	  if ! reason=$$($(PY) tests/horovod_support.py); then echo "horovod: not installed: $$reason"; \
+	  if ! reason=$$($(PY) tests/support/horovod_support.py); then echo "horovod: not installed: $$reason"; \
 	  else \
 	    echo "installing Horovod $(HOROVOD_VERSION) built against $(TF_PACKAGE) into $(VENV) (minutes, once)"; \
 	    $(HOROVOD_BUILD) && \
@@ -62,7 +62,7 @@ horovod: venv
 	fi
 
 op: venv
-	$(PY) -m tfamp_rewrite.fused_op_build
+	$(PY) -m tfamp_rewrite.fused_op.build
 
 lint: venv
 	$(PY) -m ruff check tfamp_rewrite tfamp_rewrite_startup.py tests setup.py benchmarks examples

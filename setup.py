@@ -34,7 +34,7 @@ setup(
     packages=find_packages(include=["tfamp_rewrite", "tfamp_rewrite.*"])
     + ["tfamp_rewrite.custom_ops"],
     # The fused op's C++/CUDA sources ship as package data, so an installed tfamp_rewrite
-    # can compile the op on first use (tfamp_rewrite/fused_op_build.py finds them there).
+    # can compile the op on first use (tfamp_rewrite/fused_op/build.py finds them there).
     package_dir={"tfamp_rewrite.custom_ops": "custom_ops"},
     package_data={"tfamp_rewrite.custom_ops": ["unscale_and_check_finite/*"]},
     py_modules=["tfamp_rewrite_startup"],
@@ -57,8 +57,8 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "tfamp-rewrite=tfamp_rewrite.cli:main",
-            "tfamp-run=tfamp_rewrite.run:main",
+            "tfamp-rewrite=tfamp_rewrite.saved_graph.cli:main",
+            "tfamp-run=tfamp_rewrite.training.run:main",
         ],
     },
 )

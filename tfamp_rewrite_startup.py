@@ -1,7 +1,7 @@
 """Interpreter start-up hook of tfamp_rewrite, run by ``tfamp_rewrite_startup.pth``.
 
 When one of NVIDIA's ``TF_ENABLE_AUTO_MIXED_PRECISION*`` variables is set, it arranges for
-``tfamp_rewrite.activation.activate_from_environment()`` to run right after TensorFlow is
+``tfamp_rewrite.training.activation.activate_from_environment()`` to run right after TensorFlow is
 imported, so an unmodified ``python train.py`` trains in mixed precision.  Otherwise it
 costs nothing: it imports neither TensorFlow nor tfamp_rewrite.
 """
@@ -13,7 +13,7 @@ VARIABLES = ("TF_ENABLE_AUTO_MIXED_PRECISION", "TF_ENABLE_AUTO_MIXED_PRECISION_G
 
 
 def _activate():
-    from tfamp_rewrite import activation
+    from tfamp_rewrite.training import activation
 
     activation.activate_from_environment()
 

@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "train_tf1", "train.py")
 # A rank per core, as a rank per GPU: one TensorFlow process would otherwise use every core.

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfamp_rewrite
-from tfamp_rewrite import fused_op
+from tfamp_rewrite.fused_op import op as fused_op
 
 _tf = tf.compat.v1
 

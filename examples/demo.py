@@ -29,7 +29,7 @@ from runtime.loss_plot import plot_loss_curves  # noqa: E402
 from train_tf1 import train  # noqa: E402
 
 import tfamp_rewrite  # noqa: E402
-from tfamp_rewrite import devices  # noqa: E402
+from tfamp_rewrite.training import devices  # noqa: E402
 
 SEED = 0
 

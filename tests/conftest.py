@@ -8,7 +8,8 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16"] = "0"
 
-sys.path.insert(0, os.path.dirname(__file__))
+# Shared helpers (graphs, runners, oracles) are imported by bare name from tests/support.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """``python -m tfamp_rewrite``: the ``tfamp-rewrite`` command line."""
 import sys
 
-from .cli import main
+from .saved_graph.cli import main
 
 sys.exit(main())

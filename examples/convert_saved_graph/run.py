@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfamp_rewrite.cli import main as tfamp_rewrite  # noqa: E402
+from tfamp_rewrite.saved_graph.cli import main as tfamp_rewrite  # noqa: E402
 
 tf1 = tf.compat.v1
 SIZE, CLASSES = 32, 10

@@ -20,7 +20,7 @@ from typing import List, Optional
 import tensorflow as tf
 
 import tfamp_rewrite
-from tfamp_rewrite import activation
+from tfamp_rewrite.training import activation
 
 tf1 = tf.compat.v1
 CPU_JIT_FLAG = "--tf_xla_cpu_global_jit"

@@ -1,0 +1,165 @@
+"""The process-wide switches: sessions that rewrite and optimizers that scale themselves."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfamp_rewrite
+from tfamp_rewrite.training import activation
+from tfamp_rewrite.training.session import TF_SESSION_CLASSES
+
+tf1 = tf.compat.v1
+BIG = 2.0 ** 10
+
+
+@pytest.fixture(autouse=True)
+def restore_tensorflow(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    yield
+    activation.deactivate()
+
+
+def probe(graph):
+    """A MatMul that overflows only in float16, fetched through an Identity."""
+    with graph.as_default():
+        x = tf.constant(np.full([1, 4], BIG, np.float32))
+        return tf.identity(tf.matmul(x, tf.constant(np.full([4, 1], BIG, np.float32))), name="probe")
+
+
+MAIN, REWRITE, SCALING = ("TF_ENABLE_AUTO_MIXED_PRECISION", "TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE",
+                           "TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING")
+
+
+@pytest.mark.parametrize("environ,rewrite,scaling", [
+    ({}, False, False),
+    ({MAIN: "1"}, True, True),
+    ({MAIN: "true"}, True, False),  # NVIDIA: loss scaling only for "1"
+    ({MAIN: "1", REWRITE: "0"}, False, True),
+    ({REWRITE: "1"}, True, False),
+    ({MAIN: "1", SCALING: "0"}, True, False),
+    ({SCALING: "1"}, False, True),
+])
+def test_nvidia_environment_rules(environ, rewrite, scaling):
+    assert activation.graph_rewrite_requested(environ) is rewrite
+    assert activation.loss_scaling_requested(environ) is scaling
+
+
+def test_a_malformed_switch_is_a_clear_error():
+    with pytest.raises(ValueError, match="TF_ENABLE_AUTO_MIXED_PRECISION='yes please' is not a boolean"):
+        activation.graph_rewrite_requested({"TF_ENABLE_AUTO_MIXED_PRECISION": "yes please"})
+
+
+def test_enabling_makes_new_tensorflow_sessions_rewrite_and_disabling_undoes_it():
+    graph = tf.Graph()
+    out = probe(graph)
+    activation.enable_graph_rewrite()
+    with tf1.Session(graph=graph) as session:
+        assert isinstance(session, tfamp_rewrite.Session)
+        assert isinstance(session, TF_SESSION_CLASSES["Session"])
+        assert np.isinf(session.run(out)).all()
+    interactive = tf1.InteractiveSession(graph=graph)
+    assert isinstance(interactive, tfamp_rewrite.InteractiveSession)
+    interactive.close()
+    activation.disable_graph_rewrite()
+    with tf1.Session(graph=graph) as session:
+        assert type(session) is TF_SESSION_CLASSES["Session"]
+        assert np.isfinite(session.run(out)).all()
+
+
+def test_monitored_training_session_trains_with_amp(tmp_path):
+    graph = tf.Graph()
+    out = probe(graph)
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 4], name="x")
+        w = tf1.get_variable("w", [4, 1], initializer=tf1.ones_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
+        opt = tfamp_rewrite.enable_mixed_precision_graph_rewrite(tf1.train.GradientDescentOptimizer(0.1))
+        train = opt.minimize(loss, global_step=tf1.train.get_or_create_global_step())
+        feed = {x: np.full([8, 4], 0.5, np.float32)}
+        with tf1.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path)) as session:
+            assert np.isinf(session.run(out)).all()  # half kernels inside the monitored session
+            first = session.run(loss, feed)
+            for _ in range(20):
+                session.run(train, feed)
+            assert session.run(loss, feed) < first
+    names = [name for name, _ in tf1.train.list_variables(str(tmp_path))]
+    assert "loss_scale/current_loss_scale" in names
+
+
+@pytest.mark.skipif(not hasattr(tf1, "estimator"), reason="this TensorFlow has no Estimator (gone in 2.16)")
+def test_estimator_trains_with_amp(tmp_path):
+    def model_fn(features, labels, mode):
+        logits = tf1.layers.dense(features["x"], 3, name="logits")
+        if mode == tf1.estimator.ModeKeys.PREDICT:
+            with tf.control_dependencies([logits]):
+                probe_value = tf.matmul(tf.fill([1, 4], BIG), tf.fill([4, 1], BIG))
+            probes = tf.tile(probe_value, [tf.shape(logits)[0], 1])
+            return tf1.estimator.EstimatorSpec(mode, predictions={"probe": probes})
+        loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits)
+        opt = tfamp_rewrite.enable_mixed_precision_graph_rewrite(tf1.train.GradientDescentOptimizer(0.5))
+        return tf1.estimator.EstimatorSpec(mode, loss=loss, train_op=opt.minimize(
+            loss, global_step=tf1.train.get_or_create_global_step()))
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+
+    def input_fn():
+        return tf1.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(16)
+
+    estimator = tf1.estimator.Estimator(model_fn, model_dir=str(tmp_path))
+    estimator.train(input_fn, steps=30)
+    names = [name for name, _ in tf1.train.list_variables(str(tmp_path))]
+    assert "loss_scale/current_loss_scale" in names  # loss scale lives in the loss's graph
+    prediction = next(estimator.predict(lambda: tf1.data.Dataset.from_tensor_slices({"x": x}).batch(4)))
+    assert np.isinf(prediction["probe"]).all()  # the predict session ran half kernels
+
+
+def _train_step_graph(wrap=None):
+    graph = tf.Graph()
+    with graph.as_default():
+        scale_input = tf1.placeholder(tf.float32, [], name="scale_input")
+        w = tf1.get_variable("w", [2], initializer=tf1.ones_initializer())
+        loss = tf.reduce_sum(w * w) * scale_input
+        opt = tf1.train.MomentumOptimizer(0.1, 0.9)
+        if wrap:
+            opt = wrap(opt)
+        train = opt.minimize(loss, global_step=tf1.train.get_or_create_global_step())
+        init = tf1.global_variables_initializer()
+    return graph, train, init, w, scale_input
+
+
+def test_automatic_loss_scaling_skips_non_finite_steps():
+    activation.enable_loss_scaling()
+    graph, train, init, w, scale_input = _train_step_graph()
+    with graph.as_default():
+        scales = [v for v in tf1.global_variables() if "current_loss_scale" in v.name]
+        step = tf1.train.get_global_step()
+    assert len(scales) == 1
+    with tf1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train, {scale_input: np.inf})
+        np.testing.assert_array_equal(session.run(w), [1.0, 1.0])
+        assert session.run(step) == 0 and session.run(scales[0]) == 2 ** 14
+        session.run(train, {scale_input: 1.0})
+        assert session.run(step) == 1 and (session.run(w) < 1.0).all()
+
+
+def test_an_explicitly_wrapped_optimizer_is_scaled_once():
+    activation.enable_loss_scaling()
+    graph, *_ = _train_step_graph(wrap=tfamp_rewrite.LossScaleOptimizer)
+    with graph.as_default():
+        assert len([v for v in tf1.global_variables() if "current_loss_scale" in v.name]) == 1
+
+
+def test_deactivate_restores_tensorflow_exactly():
+    optimizer_class = tf1.train.Optimizer
+    originals = {name: optimizer_class.__dict__[name] for name in ("compute_gradients", "apply_gradients")}
+    activation.enable_graph_rewrite()
+    activation.enable_loss_scaling()
+    assert optimizer_class.__dict__["compute_gradients"] is not originals["compute_gradients"]
+    activation.deactivate()
+    for name, method in originals.items():
+        assert optimizer_class.__dict__[name] is method
+    with tf1.Session(graph=tf.Graph()) as session:
+        assert type(session) is TF_SESSION_CLASSES["Session"]
+    assert not activation.graph_rewrite_enabled() and not activation.loss_scaling_enabled()

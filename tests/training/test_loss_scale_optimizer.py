@@ -1,0 +1,382 @@
+"""LossScaleOptimizer: skipped steps, the scale's trajectory, gradients, state, forwarding."""
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from loss_scaling_problems import (
+    GOOD_STEPS,
+    SCALE,
+    assert_same_values,
+    build,
+    global_state,
+    run,
+    without_loss_scale,
+)
+
+from tfamp_rewrite import DynamicLossScale, FixedLossScale, LossScaleOptimizer
+
+tf1 = tf.compat.v1
+INF, NAN = float("inf"), float("nan")
+
+
+def momentum():
+    return tf1.train.MomentumOptimizer(0.05, momentum=0.9)
+
+
+def adam():
+    return tf1.train.AdamOptimizer(0.05)
+
+
+def wrapped(make_inner, **dynamic):
+    return lambda: LossScaleOptimizer(make_inner(), DynamicLossScale(**dynamic))
+
+
+# ---- skipped steps and the scale's trajectory ------------------------------------------
+
+
+@pytest.mark.parametrize("make_inner", [momentum, adam], ids=["momentum", "adam"])
+@pytest.mark.parametrize("poison", [INF, NAN], ids=["inf", "nan"])
+def test_non_finite_step_changes_nothing_but_halves_the_scale(make_inner, poison):
+    problem = build(wrapped(make_inner, initial_loss_scale=2.0**10))
+    before, skipped, after = run(problem, [1.0, poison, 1.0])[-3:]
+    assert_same_values(without_loss_scale(skipped), without_loss_scale(before))
+    assert skipped[SCALE] == before[SCALE] / 2 == 2.0**9
+    assert skipped[GOOD_STEPS] == 0
+    assert after["global_step"] == before["global_step"] + 1
+    assert not np.array_equal(after["w"], skipped["w"])
+
+
+def test_100_consecutive_overflows_stop_at_min_loss_scale():
+    problem = build(wrapped(momentum, min_loss_scale=4.0))
+    states = run(problem, [INF] * 100)
+    assert [s[SCALE] for s in states[:3]] == [2.0**14, 2.0**13, 2.0**12]
+    assert states[-1][SCALE] == 4.0
+    assert states[-1]["global_step"] == 0
+
+
+def test_scale_doubles_after_each_increment_period_of_good_steps():
+    problem = build(wrapped(momentum, initial_loss_scale=8.0, increment_period=5))
+    scales = [s[SCALE] for s in run(problem, [1.0] * 10)]
+    assert scales == [8.0] * 4 + [16.0] * 5 + [32.0]
+
+
+def test_scale_does_not_grow_into_overflow():
+    largest = 2.0**127  # float32 holds it; twice it is inf
+    problem = build(wrapped(momentum, initial_loss_scale=largest, increment_period=1))
+    (state,) = run(problem, [1e-30])  # a loss this small keeps the scaled gradients finite
+    assert state[SCALE] == largest
+    assert state["global_step"] == 1
+
+
+def test_fixed_scale_applies_every_step_as_tensorflow_does():
+    problem = build(lambda: LossScaleOptimizer(momentum(), FixedLossScale(16)))
+    (state,) = run(problem, [INF])
+    assert state["global_step"] == 1
+    assert not np.isfinite(state["w"]).all()
+
+
+def _trajectory(make_optimizer, overflows):
+    states = run(build(make_optimizer), overflows)
+    # TensorFlow names its scale variable `current_loss_scale`, this package
+    # `loss_scale/current_loss_scale`; compare under one name.
+    return [{name.replace("loss_scale/", ""): v for name, v in s.items()} for s in states]
+
+
+def test_same_trajectory_as_tensorflows_loss_scale_optimizer():
+    overflows = np.random.RandomState(3).choice([1.0, 1.0, 1.0, INF, NAN], size=40).tolist()
+
+    def ours():
+        return LossScaleOptimizer(momentum(), DynamicLossScale(16.0, increment_period=3))
+
+    def tensorflows():
+        scale = tf1.mixed_precision.DynamicLossScale(16.0, increment_period=3)
+        return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(momentum(), scale)
+
+    expected = _trajectory(tensorflows, overflows)
+    actual = _trajectory(ours, overflows)
+    assert len({float(s["current_loss_scale"]) for s in actual}) > 3, "the scale should move"
+    assert len(actual) == len(expected) == 40
+    for mine, theirs in zip(actual, expected):
+        assert_same_values(mine, theirs)
+
+
+# ---- the gradients -------------------------------------------------------------------
+
+
+def _gradient_values(make_optimizer):
+    """The values compute_gradients returns on the regression problem."""
+    grads = {}
+
+    def minimize(optimizer, loss, global_step):
+        pairs = optimizer.compute_gradients(loss)
+        grads.update({v.op.name: g for g, v in pairs})
+        return optimizer.apply_gradients(pairs, global_step=global_step)
+
+    problem = build(make_optimizer, minimize=minimize)
+    with tf1.Session(graph=problem.graph) as session:
+        session.run(tf1.global_variables_initializer())
+        present = {name: g for name, g in grads.items() if g is not None}
+        values = dict(zip(present, session.run(list(present.values()))))
+    return {name: values.get(name) for name in grads}
+
+
+def test_compute_gradients_returns_unscaled_gradients():
+    plain = _gradient_values(momentum)
+    scaled = _gradient_values(wrapped(momentum, initial_loss_scale=2.0**12))
+    assert_same_values(scaled, plain)
+
+
+def test_callable_loss_is_scaled_too():
+    def gradient(optimizer):
+        with tf.Graph().as_default():
+            w = tf1.get_variable("w", initializer=[0.5, 2.0], use_resource=True)
+            pairs = optimizer.compute_gradients(lambda: tf1.reduce_sum(w * w * 3.0), [w])
+            with tf1.Session() as session:
+                session.run(tf1.global_variables_initializer())
+                return session.run(pairs[0][0])
+
+    np.testing.assert_array_equal(gradient(wrapped(momentum)()), [3.0, 12.0])
+    np.testing.assert_array_equal(gradient(momentum()), [3.0, 12.0])
+
+
+def test_none_gradient_passes_through_and_its_variable_stays():
+    def minimize(optimizer, loss, global_step):
+        with tf1.variable_scope("unrelated"):
+            tf1.get_variable("v", initializer=[3.0], use_resource=True)
+        var_list = [v for v in tf1.global_variables() if v.op.name in ("w", "b", "unrelated/v")]
+        pairs = optimizer.compute_gradients(loss, var_list=var_list)
+        assert [g is None for g, _ in pairs] == [False, False, True]
+        return optimizer.apply_gradients(pairs, global_step=global_step)
+
+    (state,) = run(build(wrapped(momentum), minimize=minimize), [1.0])
+    assert state["unrelated/v"] == [3.0]
+    assert state["global_step"] == 1
+
+
+def test_indexed_slices_gradients_are_unscaled_and_skipped_like_dense_ones():
+    graph = tf.Graph()
+    with graph.as_default():
+        overflow = tf1.placeholder_with_default(1.0, [])
+        table = tf1.get_variable("table", initializer=np.ones([5, 2], np.float32),
+                                 use_resource=True)
+        rows = tf1.nn.embedding_lookup(table, [1, 3, 3])
+        loss = tf1.reduce_sum(tf1.square(rows) * [[1.0, 2.0]]) * overflow
+        optimizer = LossScaleOptimizer(momentum(), DynamicLossScale(2.0**10))
+        ((grad, _),) = optimizer.compute_gradients(loss)
+        train_op = optimizer.apply_gradients([(grad, table)])
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            values, indices = session.run([grad.values, grad.indices])
+            session.run(train_op, {overflow: INF})
+            after_skip = session.run(table)
+            session.run(train_op)
+            after_step = session.run(table)
+    assert isinstance(grad, tf.IndexedSlices)
+    np.testing.assert_array_equal(indices, [1, 3, 3])
+    np.testing.assert_array_equal(values, [[2.0, 4.0]] * 3)  # d/drow of row**2 * [1, 2]
+    np.testing.assert_array_equal(after_skip, np.ones([5, 2]))
+    changed_rows = np.flatnonzero((after_step != 1.0).any(axis=1))
+    np.testing.assert_array_equal(changed_rows, [1, 3])
+
+
+def test_gradients_may_be_transformed_between_compute_and_apply():
+    def clip(optimizer, loss, global_step):
+        pairs = optimizer.compute_gradients(loss)
+        clipped, _ = tf1.clip_by_global_norm([g for g, _ in pairs], 0.1)
+        return optimizer.apply_gradients(
+            list(zip(clipped, [v for _, v in pairs])), global_step=global_step)
+
+    plain = run(build(momentum, minimize=clip), [1.0, 1.0])
+    scaled = run(build(wrapped(momentum, initial_loss_scale=2.0**12), minimize=clip),
+                 [1.0, 1.0, INF])
+    for mine, theirs in zip(scaled, plain):
+        np.testing.assert_allclose(mine["w"], theirs["w"], rtol=1e-6)
+    assert_same_values(without_loss_scale(scaled[2]), without_loss_scale(scaled[1]))
+    assert scaled[2][SCALE] == 2.0**11
+
+
+def test_loss_scaling_keeps_float16_gradients_from_underflowing():
+    def gradient(optimizer):
+        with tf.Graph().as_default():
+            w = tf1.get_variable("w", initializer=[1.0], use_resource=True)
+            small = np.float16(1e-4)  # representable in float16, but not its square
+            loss = tf1.cast(tf1.reduce_sum(tf1.cast(w, tf.float16) * small * small), tf.float32)
+            ((grad, _),) = optimizer().compute_gradients(loss)
+            with tf1.Session() as session:
+                session.run(tf1.global_variables_initializer())
+                return session.run(grad)[0]
+
+    assert gradient(lambda: tf1.train.GradientDescentOptimizer(1.0)) == 0.0  # premise
+    rescued = gradient(lambda: LossScaleOptimizer(
+        tf1.train.GradientDescentOptimizer(1.0), FixedLossScale(2**14)))
+    assert rescued == pytest.approx(1e-8, rel=0.01)
+
+
+def test_training_converges_with_dynamic_loss_scaling_in_float16():
+    features = np.random.RandomState(1).normal(size=(64, 8)).astype(np.float32)
+    targets = features @ np.linspace(-1.0, 1.0, 8).astype(np.float32)
+    with tf.Graph().as_default():
+        w = tf1.get_variable("w", shape=[8, 1], initializer=tf1.zeros_initializer(),
+                             use_resource=True)
+        prediction = tf1.matmul(tf1.constant(features, tf.float16), tf1.cast(w, tf.float16))
+        error = tf1.cast(prediction[:, 0], tf.float32) - targets
+        loss = tf1.reduce_mean(tf1.square(error))
+        optimizer = LossScaleOptimizer(tf1.train.MomentumOptimizer(0.05, 0.9), "dynamic")
+        train_op = optimizer.minimize(loss)
+        scale = optimizer.loss_scale()
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            initial_loss = session.run(loss)
+            for _ in range(150):
+                session.run(train_op)
+            final_loss, final_scale = session.run([loss, scale])
+    assert final_loss < initial_loss * 0.01
+    assert final_scale < 2.0**15, "the float16 gradients should have overflowed at first"
+
+
+# ---- state: graphs, checkpoints, collections ----------------------------------------------
+
+
+def test_optimizer_built_outside_the_losss_graph_keeps_state_with_the_loss():
+    optimizer = LossScaleOptimizer(momentum(), DynamicLossScale(32.0))  # like an Estimator
+    for _ in range(2):
+        problem = build(lambda: optimizer)
+        with problem.graph.as_default():
+            names = {v.op.name for v in tf1.global_variables()}
+            state_graphs = {v.graph for v in optimizer.variables()}
+        assert {SCALE, GOOD_STEPS} <= names and state_graphs == {problem.graph}
+        assert run(problem, [INF])[0][SCALE] == 16.0
+
+
+def test_saver_saves_and_restores_the_loss_scale(tmp_path):
+    make = wrapped(momentum, initial_loss_scale=64.0, increment_period=10)
+    trained = build(make)
+    with tf1.Session(graph=trained.graph) as session:
+        with trained.graph.as_default():
+            session.run(tf1.global_variables_initializer())
+            saver = tf1.train.Saver()
+        saved = run(trained, [INF, INF, 1.0, 1.0], session=session)[-1]
+        path = saver.save(session, os.path.join(str(tmp_path), "model"))
+    assert (saved[SCALE], saved[GOOD_STEPS]) == (16.0, 2)
+    assert {SCALE, GOOD_STEPS} <= {name for name, _ in tf1.train.list_variables(path)}
+
+    restored = build(make)
+    with tf1.Session(graph=restored.graph) as session:
+        with restored.graph.as_default():
+            tf1.train.Saver().restore(session, path)
+        assert_same_values(global_state(session), saved)
+
+
+def test_train_op_collection_holds_the_returned_op_and_the_meta_graph_imports(tmp_path):
+    problem = build(wrapped(momentum))
+    with problem.graph.as_default():
+        assert tf1.get_collection(tf1.GraphKeys.TRAIN_OP) == [problem.train_op]
+        path = os.path.join(str(tmp_path), "model.meta")
+        tf1.train.export_meta_graph(path)
+    with tf.Graph().as_default():
+        tf1.train.import_meta_graph(path)
+        (train_op,) = tf1.get_collection(tf1.GraphKeys.TRAIN_OP)
+        assert train_op.name == problem.train_op.name
+
+
+# ---- the wrapper: forwarding and wrapping errors -------------------------------------------
+
+
+def test_attributes_are_forwarded_to_the_wrapped_optimizer():
+    problem = build(wrapped(adam))
+    optimizer, inner = problem.optimizer, problem.optimizer._optimizer
+    inner.custom_hook = lambda: "hooked"
+    with problem.graph.as_default():
+        w = tf1.global_variables()[0]
+        assert optimizer.get_slot(w, "m") is inner.get_slot(w, "m") is not None
+        assert set(optimizer.variables()) == set(inner.variables()) | set(
+            optimizer.loss_scale.variables())
+    assert optimizer._lr == 0.05
+    assert optimizer.get_slot_names() == ["m", "v"]
+    assert optimizer.custom_hook() == "hooked"
+    assert copy.copy(optimizer)._lr == 0.05
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        _ = optimizer.no_such_attribute
+
+
+def test_learning_rate_of_momentum_is_readable_through_the_wrapper():
+    assert LossScaleOptimizer(momentum())._learning_rate == 0.05
+
+
+class _NamedLike(tf1.train.Optimizer):
+    """An optimizer wrapper that stores what it wraps as `attribute`, like Horovod's."""
+
+    def __init__(self, inner, attribute="_optimizer"):
+        super().__init__(False, "Wrapper")
+        setattr(self, attribute, inner)
+
+
+def _accumulating_horovod():
+    """Like hvd.DistributedOptimizer(opt, backward_passes_per_step=2)."""
+    distributed = type("_DistributedOptimizer", (_NamedLike,), {})(momentum())
+    distributed._agg_helper = "LocalGradientAggregationHelper"
+    return distributed
+
+
+def _keras_sgd():
+    return tf.keras.optimizers.legacy.SGD(0.1)
+
+
+@pytest.mark.parametrize(
+    "make_opt, message",
+    [
+        pytest.param(lambda: LossScaleOptimizer(momentum()), "wrap an optimizer once",
+                     id="wrap_twice"),
+        pytest.param(lambda: _NamedLike(LossScaleOptimizer(momentum())), "wrap an optimizer once",
+                     id="wrapped_inside_another_wrapper"),
+        pytest.param(lambda: tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            momentum(), 8), "wrap an optimizer once", id="tensorflows_wrapper"),
+        pytest.param(lambda: "sgd", "Expected a tf.compat.v1.train.Optimizer", id="not_optimizer"),
+        pytest.param(_keras_sgd, "tf.keras.mixed_precision.LossScaleOptimizer",
+                     id="keras_optimizer"),
+        pytest.param(lambda: tf.keras.mixed_precision.LossScaleOptimizer(_keras_sgd()),
+                     "already does loss scaling", id="keras_loss_scale_optimizer"),
+        pytest.param(lambda: tf1.train.SyncReplicasOptimizer(momentum(), 1),
+                     "Wrap SyncReplicasOptimizer around the LossScaleOptimizer",
+                     id="sync_replicas_inside"),
+        pytest.param(lambda: type("_DistributedAdasumOptimizer", (_NamedLike,), {})(momentum()),
+                     "Adasum", id="horovod_adasum_inside"),
+        pytest.param(_accumulating_horovod, "backward_passes_per_step > 1",
+                     id="horovod_accumulating_inside"),
+    ],
+)
+def test_wrapping_what_cannot_be_wrapped_says_what_to_do(make_opt, message):
+    with tf.Graph().as_default():
+        opt = make_opt()
+        with pytest.raises(ValueError, match=message):
+            LossScaleOptimizer(opt)
+
+
+def test_none_loss_scale_is_rejected():
+    with pytest.raises(ValueError, match="needs a loss scale; got None"):
+        LossScaleOptimizer(momentum(), None)
+
+
+@pytest.mark.parametrize("devices", [("/cpu:0",), ("/cpu:0", "/cpu:1")])
+def test_one_fused_op_per_device_in_a_training_graph(devices):
+    """compute_gradients + apply_gradients unscale and check with one op per gradient device."""
+    from tfamp_rewrite import fused_op_available
+    from tfamp_rewrite.fused_op.op import OP_TYPE
+
+    assert fused_op_available()  # make test builds the op first
+    graph = tf.Graph()
+    with graph.as_default():
+        losses = []
+        for i, device in enumerate(devices * 2):
+            with tf.device(device):
+                w = tf.compat.v1.get_variable("w%d" % i, [3], initializer=tf.compat.v1.ones_initializer())
+                losses.append(tf.reduce_sum(w * w))
+        optimizer = LossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+        optimizer.minimize(tf.add_n(losses), colocate_gradients_with_ops=True)  # grads on devices
+    fused = [op for op in graph.get_operations() if op.type == OP_TYPE]
+    assert sorted(op.device for op in fused) == sorted(
+        tf.DeviceSpec.from_string(d).to_string() for d in devices)

@@ -1,0 +1,204 @@
+"""tfamp_rewrite.Session: a drop-in tf.compat.v1.Session running the rewritten graph."""
+import collections
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from graph_runner import plain_config
+
+from tfamp_rewrite.training.devices import log_once
+from tfamp_rewrite.training.session import InteractiveSession, Session, config_without_tf_amp
+
+tf1 = tf.compat.v1
+BIG = 2.0 ** 10  # [1,4] x [4,1] of 2**10 overflows float16 only
+
+
+@pytest.fixture
+def cpu_target(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+
+
+def probe_graph():
+    """``mm = x @ w`` (inf in float16), ``relu(mm)``, a variable and its initializer."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [1, 4], name="x")
+        w = tf.constant(np.full([4, 1], BIG, np.float32), name="w")
+        tf.nn.relu(tf.matmul(x, w, name="mm"), name="relu")
+        tf1.get_variable("v", [1], initializer=tf1.ones_initializer())
+        tf1.global_variables_initializer()
+    return graph
+
+
+FEED = {"x:0": np.full([1, 4], BIG, np.float32)}
+
+
+def test_half_kernels_run_inside_the_session(cpu_target):
+    graph = probe_graph()
+    with Session(graph=graph) as session:
+        value = session.run("relu:0", FEED)
+    assert value.dtype == np.float32 and np.isinf(value).all()
+    with tf1.Session(graph=graph) as plain:
+        assert np.isfinite(plain.run("relu:0", FEED)).all()
+
+
+def test_user_graph_is_never_changed(cpu_target):
+    graph = probe_graph()
+    before = graph.as_graph_def().SerializeToString(deterministic=True)
+    with Session(graph=graph) as session:
+        session.run(["init", "relu:0"], FEED)
+        assert session.graph is graph
+    assert graph.as_graph_def().SerializeToString(deterministic=True) == before
+
+
+Pair = collections.namedtuple("Pair", "first second")
+
+
+def test_fetch_structures_names_and_ops(cpu_target):
+    graph = probe_graph()
+    relu, mm = graph.get_tensor_by_name("relu:0"), graph.get_tensor_by_name("mm:0")
+    with Session(graph=graph) as session:
+        out = session.run({"list": [relu, "mm:0"], "pair": Pair(mm, graph.get_operation_by_name("init")),
+                           "name": "init"}, {graph.get_tensor_by_name("x:0"): FEED["x:0"]})
+    assert out["pair"].second is None and out["name"] is None
+    assert all(np.isinf(v).all() and v.dtype == np.float32 for v in out["list"] + [out["pair"].first])
+
+
+def test_fetch_dicts_keyed_by_arbitrary_objects(cpu_target):
+    """MonitoredSession keys its fetches by hook objects, which cannot be sorted."""
+    graph = probe_graph()
+    hook, other = object(), object()
+    with Session(graph=graph) as session:
+        out = session.run({hook: "relu:0", other: ["mm:0"], "caller": graph.get_operation_by_name("init")},
+                          FEED)
+    assert np.isinf(out[hook]).all() and np.isinf(out[other][0]).all() and out["caller"] is None
+
+
+def test_sparse_and_indexed_slices(cpu_target):
+    graph = tf.Graph()
+    with graph.as_default():
+        sparse = tf1.sparse_placeholder(tf.float32, name="sp")
+        dense = tf.sparse.to_dense(sparse)
+        w = tf.constant(np.full([2, 1], BIG, np.float32))
+        product = tf.matmul(dense, w, name="product")
+        fetched = tf.SparseTensor(sparse.indices, sparse.values * 2.0, sparse.dense_shape)
+        slices = tf.IndexedSlices(product, tf.constant([0, 1], tf.int64))
+    value = tf1.SparseTensorValue([[0, 0], [1, 1]], np.array([BIG, 1.0], np.float32), [2, 2])
+    with Session(graph=graph) as session:
+        sparse_out, product_out, slices_out = session.run([fetched, product, slices], {sparse: value})
+    np.testing.assert_array_equal(sparse_out.values, [2 * BIG, 2.0])
+    assert np.isinf(product_out[0, 0])  # BIG * BIG in half
+    assert np.isinf(slices_out.values[0, 0]) and list(slices_out.indices) == [0, 1]
+
+
+def test_eval_run_default_session_and_interactive(cpu_target):
+    graph = probe_graph()
+    relu = graph.get_tensor_by_name("relu:0")
+    with Session(graph=graph) as session:
+        session.run("init")
+        assert np.isinf(relu.eval(FEED)).all()  # Tensor.eval through the default session
+        graph.get_operation_by_name("init").run()
+        assert tf1.get_default_session() is session
+    interactive = InteractiveSession(graph=graph)
+    try:
+        assert np.isinf(relu.eval(FEED)).all()
+    finally:
+        interactive.close()
+
+
+def test_make_callable_partial_run_list_devices(cpu_target):
+    graph = probe_graph()
+    x, relu = graph.get_tensor_by_name("x:0"), graph.get_tensor_by_name("relu:0")
+    with Session(graph=graph) as session:
+        with_feeds = session.make_callable([relu], feed_list=[x])
+        assert np.isinf(with_feeds(FEED["x:0"])[0]).all()
+        without_feeds = session.make_callable(["v/Read/ReadVariableOp:0"])
+        session.run("init")
+        assert without_feeds()[0] == 1.0
+        handle = session.partial_run_setup([relu], [x])
+        assert np.isinf(session.partial_run(handle, relu, {x: FEED["x:0"]})).all()
+        assert any("CPU" in device.name for device in session.list_devices())
+
+
+def test_nodes_added_after_the_first_run_are_rewritten(cpu_target):
+    graph = probe_graph()
+    with Session(graph=graph) as session:
+        session.run("init")
+        with graph.as_default():
+            later = tf.identity(tf.matmul(graph.get_tensor_by_name("relu:0"),
+                                          tf.ones([1, 1]), name="later_mm"), name="later")
+            also_float = tf.reduce_sum(graph.get_tensor_by_name("mm:0"), name="sum")  # deny op
+        out_later, out_sum = session.run([later, also_float], FEED)
+    assert np.isinf(out_later).all() and out_later.dtype == np.float32
+    assert out_sum.dtype == np.float32
+    assert len(session.rewrite_reports) == 2
+
+
+def test_without_a_gpu_runs_unchanged_and_says_why(monkeypatch, caplog):
+    monkeypatch.delenv("TFAMP_REWRITE_TARGET", raising=False)
+    graph = probe_graph()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            value = session.run("relu:0", FEED)
+        assert np.isfinite(value).all()
+        Session(graph=graph).close()
+    messages = [r.message for r in caplog.records if "compute capability" in r.message]
+    assert len(messages) <= 1  # once per process
+    log_once("x")  # the same message is not logged twice
+    assert sum("TFAMP_REWRITE_TARGET=cpu" in m for m in messages) == len(messages)
+
+
+def test_tensorflows_own_amp_is_switched_off(monkeypatch):
+    """A user config turning on TensorFlow's CPU AMP must not rewrite behind our back."""
+    monkeypatch.delenv("TFAMP_REWRITE_TARGET", raising=False)
+    config = tf1.ConfigProto()
+    config.graph_options.rewrite_options.auto_mixed_precision_cpu = 1  # ON
+    config.graph_options.rewrite_options.min_graph_nodes = -1
+    with tf1.Session(graph=probe_graph(), config=config) as plain:
+        assert np.isinf(plain.run("relu:0", FEED)).all()  # TensorFlow's pass did rewrite
+    with Session(graph=probe_graph(), config=config) as session:
+        assert np.isfinite(session.run("relu:0", FEED)).all()
+    assert config_without_tf_amp(config).graph_options.rewrite_options.auto_mixed_precision_cpu == 2
+
+
+def training_graph():
+    """Dense layers trained with Momentum (variables + slots), and a Saver over all of them."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [8, 16], name="x")
+        y = tf1.placeholder(tf.int32, [8], name="y")
+        hidden = tf1.layers.dense(x, 32, tf.nn.relu, name="hidden")
+        logits = tf1.layers.dense(hidden, 4, name="logits")
+        loss = tf1.losses.sparse_softmax_cross_entropy(y, logits)
+        tf1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, name="train_op")
+        tf1.global_variables_initializer()
+        saver = tf1.train.Saver()
+        reads = [v.value() for v in tf1.global_variables()]
+    rng = np.random.default_rng(0)
+    feeds = {"x:0": rng.standard_normal((8, 16)).astype(np.float32), "y:0": rng.integers(0, 4, 8)}
+    return graph, saver, reads, feeds
+
+
+def test_checkpoints_move_between_amp_and_float32(cpu_target, tmp_path):
+    graph, saver, reads, feeds = training_graph()
+    assert len(reads) == 8  # 2 kernels, 2 biases, their 4 Momentum slots
+    with Session(graph=graph) as amp:
+        amp.run("init")
+        for _ in range(3):
+            amp.run("train_op", feeds)
+        trained = amp.run(reads)
+        path = saver.save(amp, str(tmp_path / "amp"))
+    with tf1.Session(graph=graph, config=plain_config()) as fp32:
+        saver.restore(fp32, path)
+        restored = fp32.run(reads)
+        fp32.run("train_op", feeds)
+        path2 = saver.save(fp32, str(tmp_path / "fp32"))
+        after_fp32_step = fp32.run(reads)
+    for a, b in zip(trained, restored):
+        np.testing.assert_array_equal(a, b)
+    with Session(graph=graph) as amp_again:
+        saver.restore(amp_again, path2)
+        for a, b in zip(after_fp32_step, amp_again.run(reads)):
+            np.testing.assert_array_equal(a, b)

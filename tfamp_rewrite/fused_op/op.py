@@ -1,0 +1,196 @@
+"""Unscale gradients and check them for inf/nan in one step.
+
+``unscale_and_check_finite(grads, inv_scale)`` is the contract shared by the loss-scale
+optimizer and the fused ``UnscaleAndCheckFinite`` custom op: every gradient comes back
+as ``g * inv_scale`` (computed in float32, rounded to the gradient's dtype; inf and nan
+propagate), and ``all_finite`` is a scalar bool that is True iff every element of every
+*input* gradient is finite.  ``None`` entries pass through as ``None``;
+``IndexedSlices`` keep their indices and only their values are unscaled and checked.
+
+Two implementations with identical results:
+
+* the compiled op (``custom_ops/unscale_and_check_finite``): one node per device for the
+  whole gradient list, one pass over memory;
+* composite stock TensorFlow ops (``Mul``, ``IsFinite``, ``All`` per gradient), used when
+  the library cannot be built or loaded, or ``TFAMP_DISABLE_FUSED_OP=1``.
+
+The library is loaded (and built, on first use, if no cached build exists) once per
+process; which implementation is used is logged once.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+
+import tensorflow as tf
+
+_tf = tf.compat.v1
+_log = logging.getLogger(__name__)
+
+OP_TYPE = "UnscaleAndCheckFinite"
+DISABLE_ENV = "TFAMP_DISABLE_FUSED_OP"
+_GRAD_DTYPES = (tf.float16, tf.float32, tf.bfloat16)
+
+
+class _OpLoader:
+    """Loads the compiled op once, on first use, and logs once which implementation runs."""
+
+    def __init__(self):
+        self._resolved = False
+        self._module = None
+
+    def module(self):
+        """The op's Python module from ``tf.load_op_library``, or None (use the composite)."""
+        if not self._resolved:
+            self._resolved = True
+            self._module, reason = self._load()
+            if self._module is None:
+                _log.warning("tfamp_rewrite: unscale_and_check_finite uses composite TF ops; "
+                             "the fused %s op is unavailable: %s", OP_TYPE, reason)
+            else:
+                _log.info("tfamp_rewrite: unscale_and_check_finite uses the fused %s op (%s).",
+                          OP_TYPE, reason)
+        return self._module
+
+    @staticmethod
+    def _load():
+        from . import build  # only needed once, on first use
+
+        if os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+            return None, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
+        try:
+            libraries = build.build_libraries()
+        except (build.FusedOpBuildError, OSError) as e:
+            return None, f"it could not be built: {e}"
+        path = libraries.preferred
+        try:
+            module = tf.load_op_library(str(path))
+        except tf.errors.OpError as e:
+            return None, f"{path} does not load: {e.message}"
+        try:
+            _tf.no_gradient(OP_TYPE)  # loss-scaling machinery, never differentiated
+        except KeyError:
+            pass  # registered by an earlier loader in this process
+        if libraries.gpu is None and tf.test.is_built_with_cuda():
+            _log.warning("tfamp_rewrite: the fused %s op has no GPU kernel, so on GPUs it runs "
+                         "on the host (%s). See tfamp_rewrite/fused_op/cuda_toolchain.py for how nvcc "
+                         "is found.", OP_TYPE, libraries.gpu_error or libraries.gpu_skipped)
+        return module, str(path)
+
+
+_LOADER = _OpLoader()
+
+
+def fused_op_available() -> bool:
+    """True iff the compiled ``UnscaleAndCheckFinite`` op is used (building it if needed)."""
+    return _LOADER.module() is not None
+
+
+def _dense_values(grad):
+    """The tensor whose elements are unscaled and checked for ``grad``."""
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
+
+
+def _with_values(grad, values):
+    """``grad`` with its dense values replaced by ``values``."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
+    return values
+
+
+def _present_gradients(grads):
+    """The non-None gradients, after checking there is one and all are half/float/bfloat16."""
+    present = [g for g in grads if g is not None]
+    if not present:
+        raise ValueError(
+            "unscale_and_check_finite needs at least one gradient; got only None entries "
+            "(check that the loss depends on the trainable variables)."
+        )
+    for g in present:
+        dtype = _dense_values(g).dtype
+        if dtype not in _GRAD_DTYPES:
+            raise ValueError(
+                "unscale_and_check_finite takes float16, float32 or bfloat16 gradients; "
+                f"got {dtype.name} for {getattr(g, 'name', g)}."
+            )
+    return present
+
+
+def _scalar_float32(inv_scale):
+    """``inv_scale`` as a scalar float32 tensor; a clear error for any other dtype or shape."""
+    dtype = getattr(inv_scale, "dtype", None)
+    if dtype is not None:
+        dtype = tf.as_dtype(dtype).base_dtype
+        if not dtype.is_floating or (tf.is_tensor(inv_scale) and dtype != tf.float32):
+            raise ValueError(
+                "unscale_and_check_finite: inv_scale must be a float32 scalar (1 / loss scale); "
+                f"got {dtype.name}. Pass tf.cast(inv_scale, tf.float32)."
+            )
+    inv_scale = tf.convert_to_tensor(inv_scale, dtype=tf.float32)
+    if inv_scale.shape.ndims is None:
+        return _tf.ensure_shape(inv_scale, [])  # checked when the graph runs
+    if inv_scale.shape.ndims != 0:
+        raise ValueError(
+            "unscale_and_check_finite: inv_scale must be a scalar (1 / loss scale); got shape "
+            f"{inv_scale.shape}. Pass a scalar, e.g. tf.reshape(inv_scale, [])."
+        )
+    return inv_scale
+
+
+def _unscale_composite(values, inv_scale):
+    """Stock TF ops: per gradient a Mul (in float32), an IsFinite and an All."""
+    def unscale(v):
+        if v.dtype == tf.float32:
+            return v * inv_scale
+        return tf.cast(tf.cast(v, tf.float32) * inv_scale, v.dtype)
+
+    finite_flags = [tf.reduce_all(tf.math.is_finite(v)) for v in values]
+    return [unscale(v) for v in values], tf.reduce_all(tf.stack(finite_flags))
+
+
+def _device_key(tensor):
+    return tf.DeviceSpec.from_string(tensor.device or "").to_string()
+
+
+def _unscale_fused(op_module, values, inv_scale):
+    """One UnscaleAndCheckFinite node per device holding gradients; their flags ANDed."""
+    by_device = collections.OrderedDict()
+    for i, v in enumerate(values):
+        by_device.setdefault(_device_key(v), []).append(i)
+    unscaled = [None] * len(values)
+    flags = []
+    for device, indices in by_device.items():
+        with tf.device(device) if device else contextlib.nullcontext():
+            outputs, all_finite = op_module.unscale_and_check_finite(
+                [values[i] for i in indices], inv_scale)
+        for i, out in zip(indices, outputs):
+            unscaled[i] = out
+        flags.append(all_finite)
+    return unscaled, flags[0] if len(flags) == 1 else tf.reduce_all(tf.stack(flags))
+
+
+def unscale_and_check_finite(grads, inv_scale):
+    """Returns ``(unscaled_grads, all_finite)`` for a list of gradients.
+
+    Args:
+      grads: list of ``Tensor`` / ``IndexedSlices`` / ``None`` (half, float or bfloat16).
+      inv_scale: scalar float32 tensor or number, the reciprocal of the loss scale.
+
+    Raises:
+      ValueError: if ``grads`` holds no gradient at all, a gradient is not floating point,
+        or ``inv_scale`` is not a float32 scalar.
+    """
+    grads = list(grads)
+    present = _present_gradients(grads)
+    op_module = _LOADER.module()
+    with _tf.name_scope("unscale_and_check_finite"):
+        inv_scale = _scalar_float32(inv_scale)
+        values = [_dense_values(g) for g in present]
+        if op_module is None:
+            unscaled, all_finite = _unscale_composite(values, inv_scale)
+        else:
+            unscaled, all_finite = _unscale_fused(op_module, values, inv_scale)
+    unscaled = iter(unscaled)
+    return [None if g is None else _with_values(g, next(unscaled)) for g in grads], all_finite

@@ -1,0 +1,11 @@
+"""Saved graphs on disk: convert a frozen GraphDef, a MetaGraph or a SavedModel, and explain it.
+
+Entry point: ``cli.main(argv)`` (the ``tfamp-rewrite`` command and ``python -m
+tfamp_rewrite``).  ``formats`` reads the three formats, ``graph_io`` resolves inputs and
+outputs, ``conversion`` runs the pass with ``keep_io_types``, exclusions and constant
+folding (``constants``), ``writer`` writes atomically, ``validate`` compares the original
+and converted graphs on the same inputs, ``explain`` / ``dot`` turn the report into reason
+chains and pictures, and ``report_schema`` is the JSON schema of ``--report``.
+
+May import: the shared basics and ``graph_rewrite``.  Not ``training`` or ``fused_op``.
+"""

@@ -1,0 +1,230 @@
+"""Runs the original and the converted saved graph on the same inputs and compares outputs.
+
+``validate(original, converted_path, io, ...) -> ValidationReport`` loads each graph with
+TensorFlow's own loaders (``import_graph_def``; ``import_meta_graph`` and the checkpoint
+beside the .meta, or the original's initial values copied over; SavedModel ``loader.load``),
+feeds the same inputs (``--input-data`` .npz, else random with a fixed seed; unknown
+dimensions take ``batch_size``) and compares every output in float64::
+
+    max_abs_error  = max |c - o|           over elements finite in both
+    max_rel_error  = max |c - o| / |o|     over those with |o| > atol
+    top1_agreement = mean(argmax(c, -1) == argmax(o, -1))   (outputs of rank >= 2 only)
+    passed         = all |c - o| <= atol + rtol * |o|, and no finite o became inf/nan in c
+
+Each graph is also timed (best of ``timed_runs`` runs after a warm-up).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ..errors import ConversionError
+from ..graph_rewrite.graph_view import parse_input
+from .formats import GRAPHDEF, METAGRAPH, SavedGraph
+from .graph_io import GraphIO, GraphTensor
+
+# CPU kernels may accumulate half products in half (GPUs accumulate in float32), so the
+# errors validation sees here bound what a GPU shows; a ResNet-50 sees ~2e-2 in float16.
+DEFAULT_TOLERANCE = {"float16": 5e-2, "bfloat16": 1e-1}
+
+
+@dataclass
+class OutputComparison:
+    """How one output of the converted graph compares with the original's."""
+
+    name: str
+    dtype: str
+    converted_dtype: str
+    max_abs_error: float
+    max_rel_error: float
+    top1_agreement: Optional[float]
+    nonfinite: int               # finite in the original, inf/nan in the converted graph
+    passed: bool
+
+
+@dataclass
+class ValidationReport:
+    """The comparison of every output, the tolerances and the inference times."""
+
+    rtol: float
+    atol: float
+    inputs: str                  # "random normal (seed 0, batch 4)" or the .npz path
+    passed: bool = True
+    outputs: List[OutputComparison] = field(default_factory=list)
+    seconds_original: float = 0.0
+    seconds_converted: float = 0.0
+
+    def summary_lines(self) -> List[str]:
+        lines = ["Validation on %s (rtol=%g, atol=%g): %s" % (
+            self.inputs, self.rtol, self.atol, "passed" if self.passed else "FAILED")]
+        lines.append("  %-28s %-9s %12s %12s %8s %s" % ("output", "dtype", "max abs err", "max rel err",
+                                                     "top-1", ""))
+        for out in self.outputs:
+            lines.append("  %-28s %-9s %12.3g %12.3g %8s %s" % (
+                out.name, out.converted_dtype, out.max_abs_error, out.max_rel_error,
+                "-" if out.top1_agreement is None else "%.1f%%" % (100 * out.top1_agreement),
+                ("ok" if out.passed else "beyond tolerance") + (
+                    ", %d non-finite" % out.nonfinite if out.nonfinite else "")))
+        lines.append("  inference: original %.2f ms, converted %.2f ms (best run, this machine)" % (
+            1e3 * self.seconds_original, 1e3 * self.seconds_converted))
+        return lines
+
+
+def validate(original: SavedGraph, converted_path: str, io: GraphIO, rtol: float, atol: float,
+             input_data: Optional[str] = None, batch_size: int = 4, seed: int = 0,
+             timed_runs: int = 3, converted_text: bool = False) -> ValidationReport:
+    """Compares ``original`` with the converted graph at ``converted_path`` (same format;
+    ``converted_text``: a converted GraphDef is in text format)."""
+    feeds = (load_input_data(input_data, io.inputs) if input_data
+             else random_inputs(io.inputs, batch_size, seed))
+    report = ValidationReport(rtol=rtol, atol=atol, inputs=input_data or "random inputs (seed %d, %s)" % (
+        seed, "unknown dimensions = %d" % batch_size))
+    initial_values: Dict[str, np.ndarray] = {}  # MetaGraph variables without a checkpoint
+    before, report.seconds_original = _run(original, original.path, original.text, io, feeds,
+                                           timed_runs, initial_values)
+    after, report.seconds_converted = _run(original, converted_path, converted_text, io, feeds,
+                                           timed_runs, initial_values)
+    for tensor, expected, actual in zip(io.outputs, before, after):
+        comparison = compare(tensor.key, expected, actual, rtol, atol)
+        comparison.converted_dtype = tensor.converted_dtype or comparison.converted_dtype
+        report.outputs.append(comparison)
+        report.passed = report.passed and comparison.passed
+    return report
+
+
+def compare(name: str, expected, actual, rtol: float, atol: float) -> OutputComparison:
+    """One OutputComparison (see module docstring)."""
+    original, converted = np.asarray(expected), np.asarray(actual)
+    a, b = original.astype(np.float64), converted.astype(np.float64)
+    if a.shape != b.shape:
+        return OutputComparison(name, str(original.dtype), str(converted.dtype), float("inf"),
+                                float("inf"), None, 0, False)
+    finite = np.isfinite(a)
+    nonfinite = int(np.count_nonzero(finite & ~np.isfinite(b)))
+    both = finite & np.isfinite(b)  # errors over values finite in both; the rest is ``nonfinite``
+    diff = np.where(both, np.abs(b - a), 0.0)
+    large = both & (np.abs(a) > atol)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff[large] / np.abs(a[large])).max()) if large.any() else 0.0
+    top1 = None
+    if a.ndim >= 2 and a.shape[-1] > 1 and a.size:
+        top1 = float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
+    passed = nonfinite == 0 and bool(np.all(diff <= atol + rtol * np.abs(np.where(finite, a, 0.0))))
+    return OutputComparison(name, str(original.dtype), str(converted.dtype), max_abs, max_rel, top1,
+                            nonfinite, passed)
+
+
+def random_inputs(inputs: List[GraphTensor], batch_size: int, seed: int) -> List[np.ndarray]:
+    """One random array per input: normal floats, 0/1 integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for tensor in inputs:
+        if tensor.shape is None:
+            raise ConversionError("input %r has an unknown rank, so no random value can be made for it"
+                                  % tensor.key, "Pass its values with --input-data FILE.npz")
+        shape = [batch_size if d is None else d for d in tensor.shape]
+        if tensor.dtype.startswith(("float", "bfloat")):
+            arrays.append(rng.standard_normal(shape).astype(np.float32))
+        elif tensor.dtype.startswith(("int", "uint")):
+            arrays.append(rng.integers(0, 2, shape).astype(tensor.dtype))
+        elif tensor.dtype == "bool":
+            arrays.append(rng.random(shape) < 0.5)
+        else:
+            raise ConversionError("input %r is %s, which has no random values" % (tensor.key, tensor.dtype),
+                                  "Pass its values with --input-data FILE.npz")
+    return arrays
+
+
+def load_input_data(path: str, inputs: List[GraphTensor]) -> List[np.ndarray]:
+    """The arrays of ``path`` (.npz) for each input, keyed by signature key, tensor or node name."""
+    try:
+        with np.load(path) as archive:
+            data = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as error:
+        raise ConversionError("cannot read --input-data %s (%s)" % (path, error),
+                              "Pass a .npz file written by numpy.savez with one array per input") from None
+    arrays = []
+    for tensor in inputs:
+        for key in (tensor.key, tensor.tensor, parse_input(tensor.tensor)[0]):
+            if key in data:
+                arrays.append(data[key])
+                break
+        else:
+            raise ConversionError("--input-data %s has no array for input %r (it has %s)" % (
+                path, tensor.key, ", ".join(sorted(data)) or "none"),
+                "Add one named %r to the .npz" % tensor.key)
+    return arrays
+
+
+def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_runs: int, initial_values):
+    """Loads the graph at ``path`` as ``saved.kind``; returns (outputs, best seconds)."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        tensors = _load(saved, path, text, session, io, initial_values)
+        feed_dict = {}
+        for tensor_name, value in zip(tensors["inputs"], feeds):
+            dtype = graph.get_tensor_by_name(tensor_name).dtype.as_numpy_dtype
+            feed_dict[tensor_name] = np.asarray(value).astype(dtype)
+        fetches = tensors["outputs"]
+        try:
+            outputs = session.run(fetches, feed_dict)
+            best = float("inf")
+            for _ in range(timed_runs):
+                start = time.perf_counter()
+                session.run(fetches, feed_dict)
+                best = min(best, time.perf_counter() - start)
+        except tf.compat.v1.errors.OpError as error:
+            raise ConversionError("the %s graph failed to run: %s" % (
+                "converted" if path != saved.path else "original", error.message.splitlines()[0]),
+                "Validation runs on this machine's CPU; drop --validate, or try --target cpu "
+                "(kernels this CPU build lacks are then avoided)") from None
+    # bfloat16 outputs come back as a numpy extension type: compare them as float32
+    outputs = [np.asarray(value) for value in outputs]
+    return [value.astype(np.float32) if value.dtype.name == "bfloat16" else value for value in outputs], best
+
+
+def _load(saved: SavedGraph, path: str, text: bool, session, io: GraphIO,
+          initial_values) -> Dict[str, List[str]]:
+    """Loads into ``session``'s graph; returns the input and output tensor names."""
+    import tensorflow as tf
+
+    if saved.kind == GRAPHDEF:
+        from .formats import read_graph_file
+
+        tf.compat.v1.import_graph_def(read_graph_file(path, text), name="")
+    elif saved.kind == METAGRAPH:
+        saver = tf.compat.v1.train.import_meta_graph(path)
+        _restore_variables(saved, session, saver, initial_values)
+    else:
+        meta = tf.compat.v1.saved_model.loader.load(session, list(saved.tags), path)
+        signature = meta.signature_def[io.signature]
+        return {"inputs": [signature.inputs[t.key].name for t in io.inputs],
+                "outputs": [signature.outputs[t.key].name for t in io.outputs]}
+    return {"inputs": [t.tensor for t in io.inputs], "outputs": [t.tensor for t in io.outputs]}
+
+
+def _restore_variables(saved: SavedGraph, session, saver, initial_values: Dict[str, np.ndarray]) -> None:
+    """Restores the checkpoint beside the .meta; else initialises the variables, the first run
+    recording their values in ``initial_values`` and later runs loading them."""
+    import tensorflow as tf
+
+    prefix = os.path.splitext(saved.path)[0]
+    if saver is not None and os.path.exists(prefix + ".index"):
+        saver.restore(session, prefix)
+        return
+    variables = tf.compat.v1.global_variables()
+    if not variables:
+        return
+    session.run(tf.compat.v1.variables_initializer(variables))
+    if not initial_values:
+        initial_values.update(zip([v.op.name for v in variables], session.run(variables)))
+        return
+    for variable in variables:
+        if variable.op.name in initial_values:
+            variable.load(initial_values[variable.op.name], session)

@@ -1,0 +1,301 @@
+"""``LossScaleOptimizer``: loss scaling around any ``tf.compat.v1.train.Optimizer``.
+
+One training step, as the graph computes it::
+
+    scale = loss_scale()                                         # compute_gradients
+    grads = opt.compute_gradients(loss * scale)
+    grads, all_finite = unscale_and_check_finite(grads, 1 / scale)
+    ...                                # the caller or an outer wrapper may transform grads
+    if grads are not the ones compute_gradients returned:       # apply_gradients
+        _, all_finite = unscale_and_check_finite(grads, 1.0)     # check what is applied
+    update_op, should_apply = loss_scale.update(all_finite)      # outside any cond
+    apply_op = cond(should_apply, opt.apply_gradients, no_op)    # the only data-dependent branch
+    return group(apply_op, update_op)
+
+A skipped step changes no variable, no slot and no ``global_step``; only the loss scale
+moves.  The finite flag and the loss-scale update never sit inside the cond, so no
+collective communication can end up in a branch that ranks might take differently.
+
+Wrapping orders (Horovod's ``hvd.DistributedOptimizer``, TF's ``SyncReplicasOptimizer``):
+
+* ``hvd.DistributedOptimizer(LossScaleOptimizer(opt))``: Horovod allreduces the unscaled
+  gradients this optimizer's ``compute_gradients`` returns; ``apply_gradients`` then gets
+  the reduced tensors, checks those, and every rank takes the same branch.
+* ``LossScaleOptimizer(hvd.DistributedOptimizer(opt))``: Horovod's ``compute_gradients``,
+  called here, allreduces the scaled gradients, so the check sees reduced values; Horovod's
+  ``apply_gradients`` has no collective and is what runs inside the cond.
+* ``SyncReplicasOptimizer(LossScaleOptimizer(opt), ...)``: the chief checks the
+  aggregated gradients.  A skipped step still advances ``global_step`` here, because
+  SyncReplicasOptimizer paces its workers with ``global_step`` values and its
+  accumulators have counted the step anyway (see ``_taken_from_accumulators``).
+* Rejected with ``ValueError``: a ``LossScaleOptimizer`` around a ``SyncReplicasOptimizer``
+  or around Horovod's Adasum optimizer (``op=hvd.Adasum``): both communicate inside
+  ``apply_gradients``, which would put that communication in the skip branch.  Also
+  around an ``hvd.DistributedOptimizer`` with ``backward_passes_per_step > 1``: between
+  its allreduces it returns this rank's own gradients, so each rank would skip and
+  rescale on its own.  Wrap them around the ``LossScaleOptimizer`` instead.
+
+``get_slot``, ``get_slot_names`` and ``variables`` answer for the wrapped optimizer (the
+last adds the loss-scale variables), and every attribute that neither this class nor
+``tf.compat.v1.train.Optimizer`` defines is forwarded to it, so ``opt._learning_rate``,
+``opt._lr`` or a Horovod hook such as ``register_local_var`` reach it through the wrapper.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+
+import tensorflow as tf
+
+from ..fused_op.op import unscale_and_check_finite
+from . import keras_compat
+from . import loss_scale as loss_scale_module
+
+_tf = tf.compat.v1
+
+# Wrappers that communicate in apply_gradients and so must stay outside the skip branch.
+_APPLY_TIME_COMMUNICATORS = {
+    "SyncReplicasOptimizer": "it aggregates gradients across workers in apply_gradients",
+    "_DistributedAdasumOptimizer": "Horovod's Adasum allreduces in apply_gradients",
+}
+
+# Depth of LossScaleOptimizer calls into the optimizers they wrap, per thread.
+_delegation = threading.local()
+
+
+def delegating() -> bool:
+    """True while a LossScaleOptimizer is calling the optimizer it wraps (on this thread).
+
+    Optimizers that scale their loss automatically (``activation``) must not scale again then.
+    """
+    return getattr(_delegation, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _delegating():
+    _delegation.depth = getattr(_delegation, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _delegation.depth -= 1
+
+
+# The gradients compute_gradients returned last, and the finite flag that covers them.
+_CheckedGradients = collections.namedtuple("_CheckedGradients", ["grads", "all_finite"])
+
+
+def _wrapped_chain(opt):
+    """``opt`` and every optimizer it wraps, outermost first.
+
+    Wrappers keep the optimizer they wrap in ``_optimizer`` (this class, TensorFlow's and
+    Horovod's) or ``_opt`` (``SyncReplicasOptimizer``).  Only instance dictionaries are
+    read, so no wrapper's attribute forwarding can answer for another.
+    """
+    seen = set()
+    while opt is not None and id(opt) not in seen:
+        seen.add(id(opt))
+        yield opt
+        attributes = getattr(opt, "__dict__", {})
+        opt = attributes.get("_optimizer", attributes.get("_opt"))
+
+
+def _check_wrappable(opt):
+    """Raises ValueError unless loss scaling can be added around ``opt``."""
+    # ValueError, not TypeError, for every bad `opt`: TensorFlow's contract here.
+    outer = type(opt).__name__
+    if not isinstance(opt, _tf.train.Optimizer):
+        if keras_compat.is_keras_object(opt) and "LossScaleOptimizer" in outer:
+            raise ValueError(
+                f"Got a Keras {outer}, which already does loss scaling; use it as it is, or "
+                "pass a tf.compat.v1.train optimizer to add tfamp_rewrite's loss scaling once."
+            )
+        if keras_compat.is_keras_object(opt):
+            raise ValueError(
+                "Expected a tf.compat.v1.train.Optimizer to add loss scaling to; got the Keras "
+                f"optimizer {outer}. Keras optimizers have their own loss scaling: use "
+                "tf.keras.mixed_precision.LossScaleOptimizer, or pass a tf.compat.v1.train "
+                "optimizer."
+            )
+        raise ValueError(  # noqa: TRY004
+            f"Expected a tf.compat.v1.train.Optimizer to add loss scaling to; got {opt!r}."
+        )
+    for inner in _wrapped_chain(opt):
+        kind = type(inner).__name__
+        if "LossScaleOptimizer" in kind:
+            raise ValueError(
+                f"{outer} already does loss scaling (it is or wraps a {kind}); wrap an optimizer "
+                "once: enable_mixed_precision_graph_rewrite(opt) and LossScaleOptimizer(opt) "
+                "both return a wrapped optimizer, so pass them the unwrapped one."
+            )
+        if kind in _APPLY_TIME_COMMUNICATORS:
+            raise ValueError(
+                f"Cannot add loss scaling around {kind}: {_APPLY_TIME_COMMUNICATORS[kind]}, "
+                "which would then run inside the skip-this-step branch. Wrap "
+                f"{kind.lstrip('_')} around the LossScaleOptimizer instead."
+            )
+        if getattr(inner, "__dict__", {}).get("_agg_helper") is not None:  # Horovod's
+            raise ValueError(
+                f"Cannot add loss scaling around {kind} with backward_passes_per_step > 1: "
+                "between its allreduces it returns this rank's own gradients, so ranks would "
+                "skip steps and change their loss scales independently. Wrap "
+                "hvd.DistributedOptimizer(..., backward_passes_per_step=N) around the "
+                "LossScaleOptimizer instead."
+            )
+
+
+def _scaled_loss(loss, scale):
+    """``loss * scale`` in the loss's dtype; a callable loss stays a callable."""
+    if callable(loss):
+        def scaled():
+            value = loss()
+            return value * _tf.cast(scale, value.dtype)
+        return scaled
+    return loss * _tf.cast(scale, loss.dtype)
+
+
+def _same_gradients(first, second):
+    """True if both lists hold the same gradient objects (order and Nones aside)."""
+    def ids(grads):
+        return sorted(id(g) for g in grads if g is not None)
+    return ids(first) == ids(second)
+
+
+def _taken_from_accumulators(grads):
+    """True if ``grads`` come from gradient accumulators (``SyncReplicasOptimizer``).
+
+    Such a step was counted by the accumulators whether or not it is applied, and the
+    tokens that pace the workers are ``global_step`` values: a skipped step must still
+    advance ``global_step``, or every later gradient is dropped as stale and all
+    workers wait for ever.
+    """
+    return any(
+        g is not None and g.op.type.endswith("AccumulatorTakeGradient") for g in grads
+    )
+
+
+class LossScaleOptimizer(_tf.train.Optimizer):
+    """Wraps ``opt`` so that its loss is scaled and non-finite steps are skipped.
+
+    Args:
+      opt: a ``tf.compat.v1.train.Optimizer`` that does no loss scaling yet.
+      loss_scale: ``'dynamic'`` (default), a number >= 1 for a fixed scale, or a
+        ``DynamicLossScale`` / ``FixedLossScale``.
+
+    Raises:
+      ValueError: ``opt`` is not such an optimizer, already does loss scaling,
+        communicates in ``apply_gradients``, or ``loss_scale`` is not one of the above.
+
+    ``compute_gradients`` returns unscaled gradients, as an unwrapped optimizer would, so
+    clipping between ``compute_gradients`` and ``apply_gradients`` works as usual.
+    """
+
+    def __init__(self, opt, loss_scale="dynamic"):
+        _check_wrappable(opt)
+        scale = loss_scale_module.get(loss_scale)
+        if scale is None:
+            raise ValueError(
+                "LossScaleOptimizer needs a loss scale; got None. Pass 'dynamic', a number >= 1 "
+                "or a loss scale object, or use the unwrapped optimizer for no loss scaling."
+            )
+        super().__init__(getattr(opt, "_use_locking", False), opt.get_name())
+        self._optimizer = opt
+        self._loss_scale = scale
+        self._checked = None
+
+    @property
+    def loss_scale(self):
+        """The ``LossScale`` this optimizer uses; call it for the current value."""
+        return self._loss_scale
+
+    def compute_gradients(
+        self,
+        loss,
+        var_list=None,
+        gate_gradients=_tf.train.Optimizer.GATE_OP,
+        aggregation_method=None,
+        colocate_gradients_with_ops=False,
+        grad_loss=None,
+    ):
+        """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
+        scale = self._loss_scale()
+        with _delegating():
+            grads_and_vars = list(self._optimizer.compute_gradients(
+                _scaled_loss(loss, scale),
+                var_list=var_list,
+                gate_gradients=gate_gradients,
+                aggregation_method=aggregation_method,
+                colocate_gradients_with_ops=colocate_gradients_with_ops,
+                grad_loss=grad_loss,
+            ))
+        grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
+        unscaled, all_finite = unscale_and_check_finite(grads, 1.0 / scale)
+        self._checked = _CheckedGradients(tuple(unscaled), all_finite)
+        return list(zip(unscaled, variables))
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Applies the (unscaled) gradients if they are all finite; updates the loss scale.
+
+        Returns one op, also put in the TRAIN_OP collection; on a non-finite step it
+        leaves variables, slots and ``global_step`` unchanged (except that
+        ``global_step`` advances under ``SyncReplicasOptimizer``, see the module docstring).
+        """
+        if _tf.distribute.has_strategy():
+            raise RuntimeError(
+                "LossScaleOptimizer does not run under a tf.distribute strategy; scale out "
+                "with Horovod's DistributedOptimizer (either wrap order) or "
+                "SyncReplicasOptimizer around the LossScaleOptimizer."
+            )
+        grads_and_vars = tuple(grads_and_vars)
+        grads = [g for g, _ in grads_and_vars]
+        all_finite = self._all_finite(grads)
+        name = name or self.get_name()
+        # The gradients were unscaled with the value this update replaces: read it first.
+        with _tf.control_dependencies([g.op for g in grads if g is not None]):
+            update_op, should_apply = self._loss_scale.update(all_finite)
+
+        def apply():
+            with _delegating():
+                return self._optimizer.apply_gradients(grads_and_vars, global_step, name + "-wrapped")
+
+        def skip():
+            if global_step is not None and _taken_from_accumulators(grads):
+                return _tf.assign_add(global_step, 1).op
+            return _tf.no_op()
+
+        train_ops = _tf.get_collection_ref(_tf.GraphKeys.TRAIN_OP)
+        earlier_train_ops = list(train_ops)
+        if isinstance(should_apply, bool):  # a fixed scale: there is nothing to decide
+            apply_op = apply() if should_apply else skip()
+        else:
+            apply_op = _tf.cond(should_apply, apply, skip)
+        train_op = _tf.group(apply_op, update_op, name=name)
+        # The wrapped optimizer registered its own op, which may sit inside the cond where
+        # nothing outside can fetch it (a MetaGraph would not even import); register ours.
+        train_ops[:] = earlier_train_ops + [train_op]
+        return train_op
+
+    def _all_finite(self, grads):
+        """The finite flag for ``grads``: reused if compute_gradients produced exactly them."""
+        if self._checked is not None and _same_gradients(self._checked.grads, grads):
+            return self._checked.all_finite
+        _, all_finite = unscale_and_check_finite(grads, 1.0)
+        return all_finite
+
+    def get_slot(self, var, name):
+        return self._optimizer.get_slot(var, name)
+
+    def get_slot_names(self):
+        return self._optimizer.get_slot_names()
+
+    def variables(self):
+        """The wrapped optimizer's variables and the loss scale's, in the default graph."""
+        return self._optimizer.variables() + self._loss_scale.variables()
+
+    def __getattr__(self, name):
+        # Reached only for names neither this class nor tf.compat.v1.train.Optimizer has.
+        # Dunders and Trackable's own `_self_*` state belong to this object, never the inner.
+        optimizer = self.__dict__.get("_optimizer")
+        if optimizer is None or name.startswith(("__", "_self_")):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(optimizer, name)

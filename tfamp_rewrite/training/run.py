@@ -1,0 +1,66 @@
+"""``tfamp-run``: run a TF1 program in mixed precision without changing its code.
+
+    tfamp-run [--no-loss-scaling] [--target auto|gpu|cpu] [--dtype float16|bfloat16] train.py [ARGS...]
+    tfamp-run [...] -m package.module [ARGS...]
+    python -m tfamp_rewrite.training.run [...] train.py [ARGS...]
+
+Sets ``TF_ENABLE_AUTO_MIXED_PRECISION=1`` (for this process and the processes it starts;
+already-set NVIDIA variables are kept and decide), activates the graph rewrite and
+automatic loss scaling, and runs the program as ``__main__`` with its own arguments, as
+``python`` would.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="tfamp-run", description="Run a TF1 program with automatic mixed precision.")
+    parser.add_argument("--no-loss-scaling", action="store_true",
+                        help="rewrite the graph but do not add loss scaling to optimizers")
+    parser.add_argument("--target", choices=("auto", "gpu", "cpu"),
+                        help="rewrite target for sessions (default: $TFAMP_REWRITE_TARGET or auto: "
+                             "GPUs of compute capability >= 7.0 only)")
+    parser.add_argument("--dtype", choices=("float16", "bfloat16"),
+                        help="low-precision type for sessions (default: $TFAMP_REWRITE_DTYPE or float16)")
+    parser.add_argument("-m", dest="module", help="run a module, as python -m does")
+    parser.add_argument("program", nargs=argparse.REMAINDER,
+                        help="the script and its arguments (or the module's arguments with -m)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.module and not args.program:
+        _parser().error("name a script to run (tfamp-run train.py ...) or a module (-m name)")
+    os.environ.setdefault("TF_ENABLE_AUTO_MIXED_PRECISION", "1")
+    if args.no_loss_scaling:
+        os.environ["TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING"] = "0"
+    if args.target:
+        os.environ["TFAMP_REWRITE_TARGET"] = args.target
+    if args.dtype:
+        os.environ["TFAMP_REWRITE_DTYPE"] = args.dtype
+    from . import activation
+
+    activation.activate_from_environment()
+    if args.module:
+        sys.argv = [args.module] + args.program
+        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    else:
+        script = args.program[0]
+        if not os.path.isfile(script):
+            print("tfamp-run: %s: no such file; pass a Python script (or -m module)" % script,
+                  file=sys.stderr)
+            return 2
+        sys.argv = list(args.program)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

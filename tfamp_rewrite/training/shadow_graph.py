@@ -1,0 +1,219 @@
+"""The rewritten copy of a user's tf.Graph that a session runs, kept in step as it grows.
+
+Grappler never changes the user's graph: it optimises a copy.  A ``ShadowGraph`` does the
+same once per graph version instead of once per run: ``sync()`` imports the mixed-precision
+rewrite of the user graph into a private ``tf.Graph``; nodes the user adds later are
+rewritten and imported incrementally, the nodes already imported keeping their dtypes
+(Casts reconcile the edges between the two).  Every node keeps its name, so variables,
+savers and checkpoints are name-for-name those of the float32 graph.
+
+``private_fetch`` / ``private_feed`` map what a user passes to ``Session.run`` (tensors,
+operations, names, objects with ``_as_graph_element``, SparseTensor, IndexedSlices) to the
+private graph; a fetched tensor whose dtype the rewrite changed is cast back, so fetched
+values always come back in the user graph's dtypes.
+"""
+from __future__ import annotations
+
+import collections
+import collections.abc
+import threading
+from typing import Dict, List
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
+from ..graph_rewrite.graph_view import GraphView, parse_input
+from ..graph_rewrite.report import RewriteReport
+from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
+
+_FETCH_CAST_SCOPE = "tfamp_fetch_as_"
+
+
+class ShadowGraph:
+    """A private graph holding the rewrite of ``user_graph`` (see module docstring)."""
+
+    def __init__(self, user_graph: tf.Graph, target: str, dtype: str = "float16"):
+        self.user_graph = user_graph
+        self.graph = tf.Graph()
+        self.target = target
+        self.dtype = dtype
+        self.reports: List[RewriteReport] = []
+        self._version = None
+        self._imported: set = set()
+        self._fetch_casts: Dict[str, tf.Tensor] = {}
+        self._fetches: Dict[object, object] = {}  # user fetch leaf -> private element
+        self._feeds: Dict[object, object] = {}    # user feed key -> private tensor
+        self._lock = threading.RLock()
+
+    # -- keeping in step --------------------------------------------------------------
+    def sync(self) -> None:
+        """Imports whatever the user graph gained since the last call (rewritten)."""
+        with self._lock:
+            version = self.user_graph.version
+            if version == self._version:
+                return
+            graph_def = self.user_graph.as_graph_def()
+            result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target)
+            self.reports.append(result.report)
+            if self._imported:
+                self._import_additions(graph_def, result.graph_def)
+            else:
+                with self.graph.as_default():
+                    tf.import_graph_def(result.graph_def, name="")
+                self._imported.update(node.name for node in result.graph_def.node)
+            self._version = version
+
+    def _import_additions(self, user_def, rewritten_def) -> None:
+        new = {node.name for node in user_def.node} - self._imported
+        if not new:
+            return
+        additions, sources_of_dropped_casts = _additions(rewritten_def, new, self._imported)
+        combined = self.graph.as_graph_def()
+        first_added = len(combined.node)
+        for node in additions:
+            copy = combined.node.add()
+            copy.CopyFrom(node)
+            for slot, text in enumerate(copy.input):
+                if text in sources_of_dropped_casts:
+                    copy.input[slot] = sources_of_dropped_casts[text]
+        new_functions = [f for f in rewritten_def.library.function
+                         if not self.graph._is_function(f.signature.name)]
+        combined.library.function.extend(new_functions)
+        view = GraphView(combined, op_def_lookup(combined))
+        reconcile_dtypes(view, range(first_added, len(view.nodes)))
+        to_import = graph_pb2.GraphDef()
+        to_import.versions.CopyFrom(combined.versions)
+        to_import.node.extend(combined.node[first_added:])
+        to_import.library.function.extend(new_functions)
+        with self.graph.as_default():
+            tf.import_graph_def(to_import, input_map=self._input_map(to_import), name="")
+        self._imported.update(node.name for node in to_import.node)
+
+    def _input_map(self, graph_def) -> dict:
+        """Maps references to already-imported nodes onto the private graph's elements."""
+        local = {node.name for node in graph_def.node}
+        mapping = {}
+        for node in graph_def.node:
+            for text in node.input:
+                name, port = parse_input(text)
+                if name in local or text in mapping:
+                    continue
+                op = self.graph.get_operation_by_name(name)
+                mapping[text] = op if port < 0 else op.outputs[port]
+        return mapping
+
+    # -- mapping what Session.run is given -------------------------------------------
+    def private_fetch(self, element):
+        """The private-graph element to fetch for a user fetch leaf (memoised)."""
+        return _memoised(self._fetches, element, self._private_fetch)
+
+    def private_feed(self, key):
+        """The private-graph tensor (or SparseTensor) to feed for a user feed key (memoised)."""
+        return _memoised(self._feeds, key, self._private_feed)
+
+    def _private_fetch(self, element):
+        if isinstance(element, tf.SparseTensor):
+            return tf.compat.v1.SparseTensor(*map(self.private_fetch, (
+                element.indices, element.values, element.dense_shape)))
+        if isinstance(element, tf.IndexedSlices):
+            dense_shape = element.dense_shape
+            return tf.IndexedSlices(self.private_fetch(element.values), self.private_fetch(element.indices),
+                                    None if dense_shape is None else self.private_fetch(dense_shape))
+        if _belongs_to(element, self.graph):
+            return element
+        user = self.user_graph.as_graph_element(element, allow_tensor=True, allow_operation=True)
+        if isinstance(user, tf.Operation):
+            return self.graph.get_operation_by_name(user.name)
+        private = self.graph.get_tensor_by_name(user.name)
+        if private.dtype == user.dtype:
+            return private
+        return self._cast_back(user, private)
+
+    def _private_feed(self, key):
+        if isinstance(key, tf.SparseTensor):
+            return tf.compat.v1.SparseTensor(*map(self.private_feed, (
+                key.indices, key.values, key.dense_shape)))
+        if _belongs_to(key, self.graph):
+            return key
+        user = self.user_graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+        return self.graph.get_tensor_by_name(user.name)
+
+    def _cast_back(self, user: tf.Tensor, private: tf.Tensor) -> tf.Tensor:
+        with self._lock:
+            cast = self._fetch_casts.get(user.name)
+            if cast is None:
+                with self.graph.as_default(), tf.compat.v1.name_scope(None):
+                    name = _FETCH_CAST_SCOPE + user.name.replace(":", "_")
+                    cast = tf.cast(private, user.dtype, name=name)
+                self._fetch_casts[user.name] = cast
+            return cast
+
+
+def _memoised(cache, leaf, compute):
+    # Names never change and nodes are only ever added, so a mapping stays valid.
+    try:
+        return cache[leaf]
+    except KeyError:
+        mapped = cache[leaf] = compute(leaf)
+        return mapped
+    except TypeError:  # an unhashable leaf
+        return compute(leaf)
+
+
+_LEAVES = (str, bytes, tf.Tensor, tf.Operation, tf.SparseTensor, tf.IndexedSlices)
+
+
+def map_fetch_structure(fetches, leaf_fn):
+    """``fetches`` with every leaf replaced by ``leaf_fn(leaf)``, as ``Session.run`` nests them.
+
+    Lists, tuples, namedtuples, attrs classes and mappings (any keys: MonitoredSession keys
+    its fetches by hook objects) are rebuilt with the same type; everything else is a leaf.
+    """
+    if isinstance(fetches, _LEAVES):  # the common case, without building a walker
+        return leaf_fn(fetches)
+
+    def walk(item):
+        if isinstance(item, _LEAVES):
+            return leaf_fn(item)
+        if isinstance(item, collections.abc.Mapping):
+            result = (type(item)(item.default_factory) if isinstance(item, collections.defaultdict)
+                      else type(item)())
+            for key, value in item.items():
+                result[key] = walk(value)
+            return result
+        if isinstance(item, tuple) and hasattr(item, "_fields"):
+            return type(item)(*(walk(value) for value in item))
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(value) for value in item)
+        attributes = getattr(type(item), "__attrs_attrs__", None)
+        if attributes is not None:
+            return type(item)(*(walk(getattr(item, a.name)) for a in attributes))
+        return leaf_fn(item)
+
+    return walk(fetches)
+
+
+def _belongs_to(element, graph) -> bool:
+    return isinstance(element, (tf.Tensor, tf.Operation)) and element.graph is graph
+
+
+def _additions(rewritten_def, new: set, imported: set):
+    """Nodes of ``rewritten_def`` to import now, and replacements for dropped Casts.
+
+    New user nodes are imported with the Casts the rewrite put after new nodes.  A Cast the
+    rewrite put after an already-imported node assumed that node's dtype in the fresh
+    rewrite; it is dropped and its consumers read the node directly, leaving
+    ``reconcile_dtypes`` to cast according to the dtype the node really has.
+    """
+    additions, dropped = [], {}
+    for node in rewritten_def.node:
+        if node.name in new:
+            additions.append(node)
+        elif node.name not in imported and node.op == "Cast" and node.name.endswith(CAST_SUFFIX):
+            source, _ = parse_input(node.input[0])
+            if source in new:
+                additions.append(node)
+            else:
+                dropped[node.name] = node.input[0]
+    return additions, dropped
