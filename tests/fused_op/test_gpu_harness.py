@@ -122,13 +122,6 @@ def test_bad_arguments_are_usage_errors(argv, message):
     assert result.returncode == 2 and message in result.stdout
 
 
-def test_sanitizer_child_run_checks_the_small_suite(emulated_kernel):
-    result = run([sys.executable, GPU_CHECK, "--sanitizer-pass", "--library",
-                  emulated_kernel.path])
-    assert result.returncode == 0, result.stdout
-    assert result.stdout.splitlines()[-1].endswith(" 0 failed")
-
-
 @pytest.mark.parametrize("exit_code", [0, gpu_check.SANITIZER_ERROR_EXIT])
 def test_compute_sanitizer_runs_each_tool_on_the_child_suite(monkeypatch, tmp_path, capsys,
                                                               exit_code):
