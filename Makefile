@@ -3,6 +3,7 @@
 #   make demo    run the main demo (creates .venv and installs on first use)
 #   make test    lint + the whole test suite (what CI runs), the 2-process Horovod tests included
 #   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
+#   make test-gpu  the fused op's CUDA kernel on this machine's GPU (without one: says so, exits 0)
 #
 # Another TensorFlow for a compatibility run, in its own virtualenv:
 #   make test VENV=.venv-tf221 TF_PACKAGE="tensorflow-cpu==2.21.0 tf-keras"
@@ -35,7 +36,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv horovod op lint test demo bench clean
+.PHONY: venv horovod op lint test test-gpu demo bench clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +72,11 @@ lint: venv
 
 test: venv op lint horovod
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The machine's own python3 (with numpy) and nvcc, no virtualenv: GPU machines need no
+# TensorFlow. Correctness, bandwidth against cudaMemcpy, compute-sanitizer (tests/gpu/).
+test-gpu:
+	$(PYTHON) tests/gpu/gpu_check.py $(GPU_CHECK_ARGS)
 
 demo: venv op
 	$(PY) examples/demo.py

@@ -1,25 +1,30 @@
-// CUDA kernel of UnscaleAndCheckFinite: one thread block per chunk of LaunchTable.
+// CUDA kernel of UnscaleAndCheckFinite: one thread block per chunk of a launch's elements.
 //
-// Each block unscales its chunk with 16-byte loads and stores when both buffers are
-// 16-byte aligned (ILP independent loads in flight per thread), and element by element
-// for the tail or unaligned buffers. A thread that sees a non-finite input stores false
-// into all_finite; the racing stores all write the same value. Plain CUDA: no TensorFlow
-// or Eigen headers, so it compiles quickly with any nvcc.
+// A block walks the slots its chunk overlaps (launch_plan.h: BlockElements,
+// ForEachPartOfBlock); small tensors share a block. In each part, when the input and output addresses
+// agree modulo 16 bytes, the block unscales with 16-byte loads and stores (kIlp independent
+// loads in flight per thread) between a scalar head (up to the first 16-byte boundary) and a
+// scalar tail; otherwise element by element. A thread that sees a non-finite input stores
+// false into all_finite; the racing stores all write the same value. Plain CUDA: no
+// TensorFlow or Eigen headers, so it compiles quickly with any nvcc.
+//
+// The CPU grid emulation in tests/gpu/emulation/ compiles this file unchanged as C++.
 #include <cuda_runtime.h>
 
 #include "gpu_launch.h"
 #include "launch_plan.h"
 #include "unscale_element.h"
 
+// <<<>>> is spelled through this macro only so that the grid emulation can replace it.
+#ifndef TFAMP_KERNEL_LAUNCH
+#define TFAMP_KERNEL_LAUNCH(kernel, blocks, threads, stream) kernel<<<blocks, threads, 0, stream>>>
+#endif
+
 namespace tfamp {
 namespace {
 
 const int kThreadsPerBlock = 512;
 const int kIlp = 4;  // vectors each thread loads before it stores any
-
-__device__ __forceinline__ bool IsAligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
 
 // 16 bytes of storage seen as lanes of one element type.
 template <ElementType kType>
@@ -28,21 +33,30 @@ union Vector16 {
   typename Element<kType>::Bits lanes[16 / sizeof(typename Element<kType>::Bits)];
 };
 
+// Unscales in[r.begin, r.end) into out[r.begin, r.end) with all threads of the block; returns
+// nonzero iff this thread saw an inf or nan.
 template <ElementType kType>
-__device__ uint32_t UnscaleChunk(const void* in_ptr, void* out_ptr, ElementRange r,
-                                 float inv_scale) {
+__device__ uint32_t UnscalePart(const void* in_ptr, void* out_ptr, ElementRange r,
+                                float inv_scale) {
   typedef typename Element<kType>::Bits Bits;
   typedef Vector16<kType> Vec;
   const int kLanes = 16 / sizeof(Bits);
   const Bits* in = static_cast<const Bits*>(in_ptr) + r.begin;
   Bits* out = static_cast<Bits*>(out_ptr) + r.begin;
   const int64_t n = r.end - r.begin;
+  const uintptr_t in_address = reinterpret_cast<uintptr_t>(in);
+  // Scalar elements [0, head) and [head + num_vec * kLanes, n); vectors in between.
+  int64_t head = n;
+  int64_t num_vec = 0;
+  if (((in_address ^ reinterpret_cast<uintptr_t>(out)) & 15u) == 0) {
+    head = static_cast<int64_t>((16u - (in_address & 15u)) & 15u) / sizeof(Bits);
+    head = head < n ? head : n;
+    num_vec = (n - head) / kLanes;
+  }
   uint32_t nonfinite = 0;
-  int64_t scalar_begin = 0;
-  if (IsAligned16(in) && IsAligned16(out)) {
-    const uint4* in_vec = reinterpret_cast<const uint4*>(in);
-    uint4* out_vec = reinterpret_cast<uint4*>(out);
-    const int64_t num_vec = n / kLanes;
+  if (num_vec > 0) {
+    const uint4* in_vec = reinterpret_cast<const uint4*>(in + head);
+    uint4* out_vec = reinterpret_cast<uint4*>(out + head);
     for (int64_t base = threadIdx.x; base < num_vec; base += kThreadsPerBlock * kIlp) {
       Vec v[kIlp];
 #pragma unroll
@@ -62,32 +76,38 @@ __device__ uint32_t UnscaleChunk(const void* in_ptr, void* out_ptr, ElementRange
         }
       }
     }
-    scalar_begin = num_vec * kLanes;
   }
-  for (int64_t i = scalar_begin + threadIdx.x; i < n; i += kThreadsPerBlock) {
+  const int64_t vector_elements = num_vec * kLanes;
+  for (int64_t j = threadIdx.x; j < n - vector_elements; j += kThreadsPerBlock) {
+    const int64_t i = j < head ? j : j + vector_elements;
     out[i] = UnscaleElement<kType>(in[i], inv_scale, &nonfinite);
   }
   return nonfinite;
 }
 
+// Unscales the parts of `block` that hold kType elements. One pass per element type keeps
+// the registers of one type's code from being live across the others': nvcc 13 then needs
+// 50-64 registers per thread (sm_75-sm_90, no spills; two 512-thread blocks per SM) where
+// one loop that switches on the type needs 74 (one block per SM).
+template <ElementType kType>
+__device__ uint32_t UnscaleSlotsOfType(const LaunchTable& table, ElementRange block,
+                                       float inv_scale) {
+  uint32_t nonfinite = 0;
+  ForEachPartOfBlock(table, block, [&](int slot, ElementRange part) {
+    if (table.type[slot] == kType) {  // uniform across the block: no divergence
+      nonfinite |= UnscalePart<kType>(table.in[slot], table.out[slot], part, inv_scale);
+    }
+  });
+  return nonfinite;
+}
+
 __global__ void __launch_bounds__(kThreadsPerBlock)
     UnscaleAndCheckFiniteKernel(LaunchTable table, const float* inv_scale, bool* all_finite) {
-  const int slot = table.block_slot[blockIdx.x];
-  const ElementRange r = ChunkElements(table.block_chunk[blockIdx.x], table.chunk_elements,
-                                       table.size[slot]);
+  const ElementRange block = BlockElements(table, blockIdx.x);
   const float s = *inv_scale;
-  uint32_t nonfinite;
-  switch (table.type[slot]) {  // uniform per block: no divergence
-    case kFloat16:
-      nonfinite = UnscaleChunk<kFloat16>(table.in[slot], table.out[slot], r, s);
-      break;
-    case kBFloat16:
-      nonfinite = UnscaleChunk<kBFloat16>(table.in[slot], table.out[slot], r, s);
-      break;
-    default:
-      nonfinite = UnscaleChunk<kFloat32>(table.in[slot], table.out[slot], r, s);
-      break;
-  }
+  const uint32_t nonfinite = UnscaleSlotsOfType<kFloat32>(table, block, s) |
+                             UnscaleSlotsOfType<kFloat16>(table, block, s) |
+                             UnscaleSlotsOfType<kBFloat16>(table, block, s);
   if (nonfinite) *all_finite = false;
 }
 
@@ -99,7 +119,7 @@ const char* EnqueueUnscaleAndCheckFinite(const LaunchTable* plan, int num_launch
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t err = cudaMemsetAsync(all_finite, 1, sizeof(bool), s);
   for (int i = 0; err == cudaSuccess && i < num_launches; ++i) {
-    UnscaleAndCheckFiniteKernel<<<plan[i].num_blocks, kThreadsPerBlock, 0, s>>>(
+    TFAMP_KERNEL_LAUNCH(UnscaleAndCheckFiniteKernel, plan[i].num_blocks, kThreadsPerBlock, s)(
         plan[i], inv_scale, all_finite);
     err = cudaGetLastError();
   }

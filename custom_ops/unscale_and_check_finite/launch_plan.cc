@@ -17,6 +17,12 @@ LaunchTable EmptyTable(int64_t chunk_elements) {
   return table;
 }
 
+LaunchTable Closed(LaunchTable table) {
+  table.num_blocks =
+      static_cast<int32_t>(NumChunks(table.first[table.num_tensors], table.chunk_elements));
+  return table;
+}
+
 }  // namespace
 
 ChunkIndex::ChunkIndex(const TensorRef* tensors, int num_tensors, int64_t chunk_elements)
@@ -35,32 +41,22 @@ void ChunkIndex::Locate(int64_t chunk, int* tensor, int64_t* chunk_in_tensor) co
 }
 
 std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
-                                      int64_t chunk_elements, int max_tensors, int max_blocks) {
+                                      int64_t chunk_elements, int max_tensors) {
   std::vector<LaunchTable> launches;
   LaunchTable table = EmptyTable(chunk_elements);
   for (int t = 0; t < num_tensors; ++t) {
-    const int64_t chunks = NumChunks(tensors[t].size, chunk_elements);
-    for (int64_t c = 0; c < chunks; ++c) {
-      if (c == 0 || table.num_blocks == 0) {  // this tensor needs a slot in this table
-        if (table.num_tensors == max_tensors) {
-          launches.push_back(table);
-          table = EmptyTable(chunk_elements);
-        }
-        const int slot = table.num_tensors++;
-        table.in[slot] = tensors[t].in;
-        table.out[slot] = tensors[t].out;
-        table.size[slot] = tensors[t].size;
-        table.type[slot] = tensors[t].type;
-      }
-      table.block_slot[table.num_blocks] = static_cast<uint8_t>(table.num_tensors - 1);
-      table.block_chunk[table.num_blocks] = static_cast<int32_t>(c);
-      if (++table.num_blocks == max_blocks) {
-        launches.push_back(table);
-        table = EmptyTable(chunk_elements);
-      }
+    if (tensors[t].size == 0) continue;
+    if (table.num_tensors == max_tensors) {
+      launches.push_back(Closed(table));
+      table = EmptyTable(chunk_elements);
     }
+    const int slot = table.num_tensors++;
+    table.in[slot] = tensors[t].in;
+    table.out[slot] = tensors[t].out;
+    table.type[slot] = tensors[t].type;
+    table.first[slot + 1] = table.first[slot] + tensors[t].size;
   }
-  if (table.num_blocks > 0) launches.push_back(table);
+  if (table.num_tensors > 0) launches.push_back(Closed(table));
   return launches;
 }
 

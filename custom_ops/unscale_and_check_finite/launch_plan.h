@@ -1,12 +1,15 @@
-// How the gradient list is cut into work: fixed-size chunks of elements that span tensors.
+// How the gradient list is cut into work for the two kernels.
 //
-// Both kernels see the list as one sequence of chunks, tensor after tensor:
-//   * the CPU kernel shards the global chunk index range over its thread pool
-//     (ChunkIndex maps a global chunk back to its tensor);
-//   * the CUDA kernel runs one thread block per chunk; PlanLaunches packs the chunks into
-//     as few launches as the fixed-size kernel argument (LaunchTable) allows, splitting a
-//     tensor across launches when a table fills up in the middle of it.
-// Plain C++11, no TensorFlow or CUDA headers: the planner is unit-tested on the CPU.
+//   * The CPU kernel shards fixed-size chunks of each tensor over its thread pool
+//     (ChunkIndex numbers them globally and maps a chunk back to its tensor).
+//   * The CUDA kernel sees each launch's tensors as one sequence of elements, tensor after
+//     tensor, and runs one thread block per chunk_elements of that sequence: a block may
+//     span the end of one tensor and the start of the next (small tensors share a block),
+//     so only the last block of a launch is partly idle. PlanLaunches fills as few launches
+//     as the fixed-size kernel argument (LaunchTable) allows: one per kMaxTensorsPerLaunch
+//     tensors, whatever their sizes.
+// Plain C++11, no TensorFlow or CUDA headers: the planner is unit-tested on the CPU, and the
+// block-to-tensor mapping below is the very code the CUDA kernel runs.
 #ifndef TFAMP_LAUNCH_PLAN_H_
 #define TFAMP_LAUNCH_PLAN_H_
 
@@ -55,39 +58,87 @@ class ChunkIndex {
   std::vector<int64_t> first_chunk_;  // first_chunk_[i]: global index of tensor i's chunk 0
 };
 
-// Capacity of one CUDA launch. The table is the kernel's by-value argument, which must
-// stay within 4 KB: the parameter limit of every CUDA before 12.1 (TF 1.15 users' nvcc).
-const int kMaxTensorsPerLaunch = 96;
-const int kMaxBlocksPerLaunch = 320;
-const int64_t kGpuChunkElements = 65536;
+// Capacity of one CUDA launch: as many tensors as fit the kernel's by-value argument, which
+// must stay within 4 KB (the parameter limit of every CUDA before 12.1, TF 1.15 users' nvcc).
+const int kMaxTensorsPerLaunch = 160;
+// Elements per thread block: 2-4 rounds of the kernel's 16-byte x ILP loop, and enough
+// blocks for several waves on a large GPU (ResNet-50: ~1560 blocks against 264 resident on
+// an H100 at two blocks per SM), so the last wave's idle SMs cost little. Chosen on that
+// arithmetic; tests/gpu/gpu_check.py measures the alternatives on a real GPU.
+const int64_t kGpuChunkElements = 16384;
 
-// Everything one launch of the CUDA kernel needs: a tensor table and, per thread block,
-// which tensor (slot in the table) and which chunk of it the block processes.
+// Everything one launch of the CUDA kernel needs. Slot s (one non-empty tensor) holds the
+// launch's elements [first[s], first[s + 1]); block b processes the launch's elements
+// [b * chunk_elements, (b + 1) * chunk_elements), whichever slots they fall in.
 struct LaunchTable {
   const void* in[kMaxTensorsPerLaunch];
   void* out[kMaxTensorsPerLaunch];
-  int64_t size[kMaxTensorsPerLaunch];
+  int64_t first[kMaxTensorsPerLaunch + 1];  // first[num_tensors]: elements in the launch
   int64_t chunk_elements;
-  int32_t block_chunk[kMaxBlocksPerLaunch];
-  uint8_t block_slot[kMaxBlocksPerLaunch];
-  uint8_t type[kMaxTensorsPerLaunch];
   int32_t num_tensors;
-  int32_t num_blocks;
+  int32_t num_blocks;  // ceil(first[num_tensors] / chunk_elements)
+  uint8_t type[kMaxTensorsPerLaunch];
 };
 
 // Kernel parameters are the table plus two pointers (inv_scale, all_finite).
 static_assert(sizeof(LaunchTable) + 2 * sizeof(void*) <= 4096,
               "LaunchTable must fit the 4 KB CUDA kernel parameter limit");
-static_assert(kMaxTensorsPerLaunch <= 256, "block_slot is a uint8_t");
 
-// Packs every chunk of every non-empty tensor into launches, in order. A launch is closed
-// only when its block table is full or a new tensor needs a slot and none is left, so a
-// model needs about max(total_chunks / max_blocks, tensors / max_tensors) launches.
-// `max_tensors` / `max_blocks` may be lowered below the table capacity (tests do).
+// The launch's elements [begin, end) that block `block` processes.
+TFAMP_HOST_DEVICE ElementRange BlockElements(const LaunchTable& table, int64_t block) {
+  return ChunkElements(block, table.chunk_elements, table.first[table.num_tensors]);
+}
+
+// The slot holding the launch's element `element` (< first[num_tensors]): binary search,
+// since `first` strictly increases (slots are never empty).
+TFAMP_HOST_DEVICE int SlotOfElement(const LaunchTable& table, int64_t element) {
+  int lo = 0;
+  int hi = table.num_tensors - 1;
+  while (lo < hi) {  // invariant: first[lo] <= element < first[hi + 1]
+    const int mid = (lo + hi + 1) / 2;
+    if (table.first[mid] <= element) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// The elements of slot `slot`'s tensor that fall in the launch's range `block` (may be
+// empty, begin >= end, when the slot lies outside it).
+TFAMP_HOST_DEVICE ElementRange SlotPart(const LaunchTable& table, int slot, ElementRange block) {
+  const int64_t first = table.first[slot];
+  const int64_t last = table.first[slot + 1];
+  ElementRange r;
+  r.begin = (block.begin > first ? block.begin : first) - first;
+  r.end = (block.end < last ? block.end : last) - first;
+  return r;
+}
+
+// What block `block` of a launch does: visit(slot, part) for every slot its elements overlap,
+// in slot order, `part` being the slot tensor's elements in the block (never empty):
+//   for slot = SlotOfElement(block.begin); slot's first element < block.end; ++slot
+template <typename Visit>
+TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange block,
+                                          Visit visit) {
+  for (int slot = SlotOfElement(table, block.begin);
+       slot < table.num_tensors && table.first[slot] < block.end; ++slot) {
+    visit(slot, SlotPart(table, slot, block));
+  }
+}
+
+// Packs every non-empty tensor, in order, into launches of at most `max_tensors` tensors
+// (a launch is closed only when full) and `chunk_elements`-element blocks:
+//   for each tensor t with size > 0:
+//     if the current table has max_tensors slots: close it, open a new one
+//     slot = next free slot; first[slot + 1] = first[slot] + size(t)
+//   each table: num_blocks = ceil(first[num_tensors] / chunk_elements)
+// So a model needs ceil(non-empty tensors / max_tensors) launches, and at most one block per
+// launch is partly idle. `max_tensors` may be lowered below the table capacity (tests do).
 std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
                                       int64_t chunk_elements = kGpuChunkElements,
-                                      int max_tensors = kMaxTensorsPerLaunch,
-                                      int max_blocks = kMaxBlocksPerLaunch);
+                                      int max_tensors = kMaxTensorsPerLaunch);
 
 }  // namespace tfamp
 

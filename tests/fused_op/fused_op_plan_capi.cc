@@ -1,5 +1,5 @@
 // Test-only C entry points to the work partitioning of custom_ops/unscale_and_check_finite
-// (launch_plan.h), loaded with ctypes by tests/test_fused_op_launch_plan.py.
+// (launch_plan.h), loaded with ctypes by tests/fused_op/test_fused_op_launch_plan.py.
 //
 // Tensors get fake, never dereferenced addresses that encode their index, so the test can
 // tell which tensor each LaunchTable slot refers to.
@@ -27,36 +27,49 @@ std::vector<tfamp::TensorRef> FakeTensors(const int64_t* sizes, const int32_t* t
 
 extern "C" {
 
+// The planner's limits: tensors per launch and the CUDA kernel's elements per block.
+void tfamp_test_plan_limits(int* max_tensors, int64_t* chunk_elements) {
+  *max_tensors = tfamp::kMaxTensorsPerLaunch;
+  *chunk_elements = tfamp::kGpuChunkElements;
+}
+
 // Writes, for each launch of PlanLaunches:
-//   num_tensors, num_blocks,
-//   per slot:  tensor index, size, element type, 1 if `out` belongs to the same tensor
-//   per block: slot, first element, end element (ChunkElements, as the kernel computes them)
+//   num_tensors, num_blocks, chunk_elements, number of parts,
+//   per slot: tensor index, first, size, element type, 1 if `out` belongs to the same tensor
+//   per part (ForEachPartOfBlock, block after block, as the kernel walks them):
+//             block, slot, first element, end element
 // Returns the number of int64 written, or -1 if `capacity` is too small.
 int64_t tfamp_test_plan_launches(const int64_t* sizes, const int32_t* types, int n,
-                                 int64_t chunk_elements, int max_tensors, int max_blocks,
-                                 int64_t* out, int64_t capacity) {
+                                 int64_t chunk_elements, int max_tensors, int64_t* out,
+                                 int64_t capacity) {
   const std::vector<tfamp::TensorRef> tensors = FakeTensors(sizes, types, n);
   const std::vector<tfamp::LaunchTable> plan =
-      tfamp::PlanLaunches(tensors.data(), n, chunk_elements, max_tensors, max_blocks);
+      tfamp::PlanLaunches(tensors.data(), n, chunk_elements, max_tensors);
   std::vector<int64_t> flat;
   for (const tfamp::LaunchTable& t : plan) {
+    std::vector<int64_t> parts;
+    for (int b = 0; b < t.num_blocks; ++b) {
+      tfamp::ForEachPartOfBlock(t, tfamp::BlockElements(t, b),
+                                [&parts, b](int slot, tfamp::ElementRange part) {
+                                  parts.push_back(b);
+                                  parts.push_back(slot);
+                                  parts.push_back(part.begin);
+                                  parts.push_back(part.end);
+                                });
+    }
     flat.push_back(t.num_tensors);
     flat.push_back(t.num_blocks);
+    flat.push_back(t.chunk_elements);
+    flat.push_back(static_cast<int64_t>(parts.size() / 4));
     for (int s = 0; s < t.num_tensors; ++s) {
       const uintptr_t in = reinterpret_cast<uintptr_t>(t.in[s]);
       flat.push_back(static_cast<int64_t>(in / kFakeStride) - 1);
-      flat.push_back(t.size[s]);
+      flat.push_back(t.first[s]);
+      flat.push_back(t.first[s + 1] - t.first[s]);
       flat.push_back(t.type[s]);
       flat.push_back(reinterpret_cast<uintptr_t>(t.out[s]) == in + 8 ? 1 : 0);
     }
-    for (int b = 0; b < t.num_blocks; ++b) {
-      const int slot = t.block_slot[b];
-      const tfamp::ElementRange r =
-          tfamp::ChunkElements(t.block_chunk[b], t.chunk_elements, t.size[slot]);
-      flat.push_back(slot);
-      flat.push_back(r.begin);
-      flat.push_back(r.end);
-    }
+    flat.insert(flat.end(), parts.begin(), parts.end());
   }
   if (static_cast<int64_t>(flat.size()) > capacity) return -1;
   for (size_t i = 0; i < flat.size(); ++i) out[i] = flat[i];

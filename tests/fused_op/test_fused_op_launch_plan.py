@@ -1,11 +1,13 @@
 """The op's work partitioning (launch_plan.h), compiled for the host and checked from Python.
 
-The CUDA kernel runs one block per LaunchTable entry; the CPU kernel one work item per
-ChunkIndex chunk. Both must cover every element of every tensor exactly once, including
-tensors split across launches, and the planner must not open a launch it does not need.
+The CUDA kernel runs one block per chunk of a launch's elements, walking the tensors the
+chunk overlaps (ForEachPartOfBlock, the kernel's own loop); the CPU kernel one work item per
+ChunkIndex chunk. Both must cover every element of every tensor exactly once; the planner
+must not open a launch it does not need, and only a launch's last block may be partly idle.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import importlib.util
 import os
@@ -16,11 +18,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from model_gradients import MODELS, model_sizes
 from repo_paths import BENCHMARKS
 
 from tfamp_rewrite.fused_op import build as fused_op_build
 
-MAX_TENSORS, MAX_BLOCKS, GPU_CHUNK = 96, 320, 65536  # launch_plan.h
 I64P = ctypes.POINTER(ctypes.c_int64)
 I32P = ctypes.POINTER(ctypes.c_int32)
 
@@ -37,75 +39,118 @@ def planner(tmp_path_factory):
         check=True,
     )
     lib = ctypes.CDLL(str(library))
+    lib.tfamp_test_plan_limits.argtypes = [ctypes.POINTER(ctypes.c_int), I64P]
     lib.tfamp_test_plan_launches.restype = ctypes.c_int64
     lib.tfamp_test_plan_launches.argtypes = [I64P, I32P, ctypes.c_int, ctypes.c_int64,
-                                             ctypes.c_int, ctypes.c_int, I64P, ctypes.c_int64]
+                                             ctypes.c_int, I64P, ctypes.c_int64]
     lib.tfamp_test_cpu_chunks.restype = ctypes.c_int64
     lib.tfamp_test_cpu_chunks.argtypes = [I64P, ctypes.c_int, ctypes.c_int64, I64P,
                                           ctypes.c_int64]
     return lib
 
 
+@pytest.fixture(scope="module")
+def limits(planner):
+    """(tensors per launch, elements per block) as launch_plan.h sets them."""
+    max_tensors, chunk = ctypes.c_int(), ctypes.c_int64()
+    planner.tfamp_test_plan_limits(max_tensors, chunk)
+    return max_tensors.value, chunk.value
+
+
 def _as_c(array, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
 
 
-def plan_launches(planner, sizes, types, chunk, max_tensors, max_blocks):
-    """[(slots [(tensor, size, type, out_ok)], blocks int64[k, 3] of (slot, begin, end))]."""
+class Plan(collections.namedtuple("Plan", "launches slots parts")):
+    """A plan as arrays over all launches:
+    launches int64[L, 3]: (num_tensors, num_blocks, chunk_elements)
+    slots    int64[S, 6]: (launch, tensor, first, size, type, out_ok)
+    parts    int64[P, 5]: (launch, block, slot, begin, end), in the order blocks walk them"""
+
+    __slots__ = ()
+
+    def parts_of(self, launch):
+        return self.parts[self.parts[:, 0] == launch][:, 1:]
+
+
+def plan_launches(planner, sizes, types, chunk, max_tensors) -> Plan:
     sizes = np.asarray(sizes, np.int64)
     types = np.asarray(types, np.int32)
-    chunks = int(((sizes + chunk - 1) // chunk).sum())
-    out = np.empty(9 * (chunks + len(sizes)) + 16, np.int64)
+    blocks = int(((sizes + chunk - 1) // chunk).sum()) + len(sizes)  # bounds blocks and launches
+    out = np.empty(4 * len(sizes) + 5 * len(sizes) + 4 * (blocks + len(sizes)) + 16, np.int64)
     n = planner.tfamp_test_plan_launches(_as_c(sizes, ctypes.c_int64), _as_c(types, ctypes.c_int32),
-                                         len(sizes), chunk, max_tensors, max_blocks,
+                                         len(sizes), chunk, max_tensors,
                                          _as_c(out, ctypes.c_int64), out.size)
     assert n >= 0
-    launches, i = [], 0
+    launches, slots, parts, i = [], [], [], 0
     while i < n:
-        num_tensors, num_blocks = int(out[i]), int(out[i + 1])
-        i += 2
-        slots = [tuple(int(x) for x in out[i + 4 * s:i + 4 * s + 4]) for s in range(num_tensors)]
-        i += 4 * num_tensors
-        launches.append((slots, out[i:i + 3 * num_blocks].reshape(num_blocks, 3)))
-        i += 3 * num_blocks
-    return launches
+        num_tensors, num_blocks, launch_chunk, num_parts = (int(v) for v in out[i:i + 4])
+        number = len(launches)
+        launches.append((num_tensors, num_blocks, launch_chunk))
+        i += 4
+        slots.append(np.c_[np.full(num_tensors, number),
+                           out[i:i + 5 * num_tensors].reshape(num_tensors, 5)])
+        i += 5 * num_tensors
+        parts.append(np.c_[np.full(num_parts, number), out[i:i + 4 * num_parts].reshape(num_parts, 4)])
+        i += 4 * num_parts
+    if not launches:
+        return Plan(np.zeros((0, 3), np.int64), np.zeros((0, 6), np.int64),
+                    np.zeros((0, 5), np.int64))
+    return Plan(np.array(launches, np.int64), np.concatenate(slots), np.concatenate(parts))
 
 
-def assert_covers_each_element_once(tensor_of_block, begins, ends, sizes):
-    """Blocks in tensor order tile every tensor's [0, size) with no gap and no overlap."""
+def assert_covers_each_element_once(tensor_of_part, begins, ends, sizes):
+    """Parts in tensor order tile every non-empty tensor's [0, size), no gap, no overlap."""
     sizes = np.asarray(sizes, np.int64)
     assert np.all(begins < ends)
-    same_tensor = tensor_of_block[1:] == tensor_of_block[:-1]
-    assert np.all(tensor_of_block[1:] >= tensor_of_block[:-1])
+    same_tensor = tensor_of_part[1:] == tensor_of_part[:-1]
+    assert np.all(tensor_of_part[1:] >= tensor_of_part[:-1])
     assert np.all(begins[1:][same_tensor] == ends[:-1][same_tensor])
     first = np.r_[True, ~same_tensor]
     last = np.r_[~same_tensor, True]
     assert np.all(begins[first] == 0)
-    assert np.all(ends[last] == sizes[tensor_of_block[last]])
-    assert sorted(set(tensor_of_block.tolist())) == np.flatnonzero(sizes).tolist()
+    assert np.all(ends[last] == sizes[tensor_of_part[last]])
+    assert sorted(set(tensor_of_part.tolist())) == np.flatnonzero(sizes).tolist()
 
 
-def check_plan(planner, sizes, chunk, max_tensors, max_blocks, rng):
+def check_plan(planner, sizes, chunk, max_tensors, rng) -> Plan:
+    """Every property of a plan, checked over all its launches at once; returns it."""
+    sizes = np.asarray(sizes, np.int64)
     types = rng.integers(0, 3, len(sizes))
-    launches = plan_launches(planner, sizes, types, chunk, max_tensors, max_blocks)
-    tensor_of_block, begins, ends = [], [], []
-    for number, (slots, blocks) in enumerate(launches):
-        assert 1 <= len(slots) <= max_tensors and 1 <= len(blocks) <= max_blocks
-        assert sorted(set(blocks[:, 0].tolist())) == list(range(len(slots)))  # no idle slot
-        for tensor, size, element_type, out_ok in slots:
-            assert (size, element_type, out_ok) == (sizes[tensor], types[tensor], 1)
-        if number < len(launches) - 1:  # a launch is closed only when it is full
-            assert len(blocks) == max_blocks or len(slots) == max_tensors
-        slot_tensor = np.array([s[0] for s in slots], np.int64)
-        tensor_of_block.append(slot_tensor[blocks[:, 0]])
-        begins.append(blocks[:, 1])
-        ends.append(blocks[:, 2])
-    if not launches:
-        assert not any(sizes)
-        return launches
-    assert_covers_each_element_once(np.concatenate(tensor_of_block), np.concatenate(begins),
-                                    np.concatenate(ends), sizes)
-    return launches
+    plan = plan_launches(planner, sizes, types, chunk, max_tensors)
+    num_tensors, num_blocks, chunks = plan.launches.T
+    assert len(plan.launches) == -(-int(np.count_nonzero(sizes)) // max_tensors)
+    if not len(plan.launches):
+        return plan
+    assert np.all(chunks == chunk) and np.all((num_tensors >= 1) & (num_tensors <= max_tensors))
+    assert np.all(num_tensors[:-1] == max_tensors)  # a launch is closed only when it is full
+    # Slots: the non-empty tensors in order, each once, back to back within a launch.
+    launch, tensor, first, size, element_type, out_ok = plan.slots.T
+    assert np.array_equal(tensor, np.flatnonzero(sizes))
+    assert np.array_equal(size, sizes[tensor]) and np.array_equal(element_type, types[tensor])
+    assert np.all(out_ok == 1)
+    slot_end = np.cumsum(size)
+    launch_start = np.r_[0, np.flatnonzero(np.diff(launch)) + 1]
+    base = (slot_end - size)[launch_start][launch]
+    assert np.array_equal(first, slot_end - size - base)
+    totals = np.bincount(launch, weights=size).astype(np.int64)
+    assert np.array_equal(num_blocks, -(-totals // chunk))  # ceil: only the last block is short
+    # Parts: blocks 0..num_blocks-1 of each launch in order, each a run of consecutive slots
+    # holding exactly the block's share of the launch's elements.
+    launch, block, slot, begin, end = plan.parts.T
+    key = np.cumsum(np.r_[0, num_blocks[:-1]])[launch] + block  # global block number
+    assert key[0] == 0 and np.all(np.diff(key) >= 0) and np.all(np.diff(key) <= 1)
+    assert key[-1] == num_blocks.sum() - 1
+    same_block = key[1:] == key[:-1]
+    assert np.all(slot[1:][same_block] == slot[:-1][same_block] + 1)
+    in_block = np.bincount(key, weights=end - begin).astype(np.int64)
+    block_of_key = np.arange(len(in_block)) - np.repeat(np.cumsum(np.r_[0, num_blocks[:-1]]),
+                                                         num_blocks)
+    assert np.array_equal(in_block, np.minimum(chunk, np.repeat(totals, num_blocks) -
+                                               chunk * block_of_key))
+    tensor_of_part = plan.slots[launch_start[launch] + slot, 1]
+    assert_covers_each_element_once(tensor_of_part, begin, end, sizes)
+    return plan
 
 
 def random_size_mix(rng, chunk):
@@ -122,49 +167,68 @@ def random_size_mix(rng, chunk):
     return sizes.tolist()
 
 
-def test_thousands_of_random_mixes_cover_every_element_once(planner):
+def test_thousands_of_random_mixes_cover_every_element_once(planner, limits):
     rng = np.random.default_rng(2024)
     for _ in range(2000):
         chunk = int(rng.choice([1, 2, 3, 7, 64, 1000]))
         check_plan(planner, random_size_mix(rng, chunk), chunk,
-                   int(rng.choice([1, 2, 3, 5, MAX_TENSORS])),
-                   int(rng.choice([1, 2, 4, 7, MAX_BLOCKS])), rng)
+                   int(rng.choice([1, 2, 3, 5, limits[0]])), rng)
 
 
 @settings(max_examples=300, deadline=None)
 @given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=30),
-       chunk=st.integers(1, 9), max_tensors=st.integers(1, 6), max_blocks=st.integers(1, 8))
-def test_planner_properties_on_small_lists(planner, sizes, chunk, max_tensors, max_blocks):
-    check_plan(planner, sizes, chunk, max_tensors, max_blocks, np.random.default_rng(0))
+       chunk=st.integers(1, 9), max_tensors=st.integers(1, 6))
+def test_planner_properties_on_small_lists(planner, sizes, chunk, max_tensors):
+    check_plan(planner, sizes, chunk, max_tensors, np.random.default_rng(0))
 
 
-def test_real_limits_split_big_tensors_across_launches(planner):
+def test_small_tensors_share_blocks_and_big_ones_stay_in_one_launch(planner, limits):
+    max_tensors, chunk = limits
+    plan = check_plan(planner, [10] * 100 + [0, 1], chunk, max_tensors, np.random.default_rng(1))
+    assert plan.launches[:, 1].tolist() == [1]
+    assert len(plan.parts) == 101  # one block walks all 101 tensors
+    huge = 5000 * chunk + 3
+    plan = check_plan(planner, [huge, 1, 0, 2 * chunk], chunk, max_tensors,
+                      np.random.default_rng(2))
+    assert plan.launches[:, 1].tolist() == [5003]
+    # The block holding the huge tensor's end also holds the next two tensors.
+    parts = plan.parts_of(0)
+    assert parts[parts[:, 0] == 5000][:, 1].tolist() == [0, 1, 2]
+
+
+def test_long_lists_need_one_launch_per_table_of_tensors(planner, limits):
+    max_tensors, chunk = limits
     rng = np.random.default_rng(5)
-    sizes = [5 * MAX_BLOCKS * GPU_CHUNK + 3, 1, 0, 2 * GPU_CHUNK, MAX_BLOCKS * GPU_CHUNK]
-    launches = check_plan(planner, sizes, GPU_CHUNK, MAX_TENSORS, MAX_BLOCKS, rng)
-    # 1601 chunks of tensor 0 fill five launches; the sixth starts with its last chunk.
-    assert [len(slots) for slots, _ in launches] == [1, 1, 1, 1, 1, 4, 1]
-    assert [len(blocks) for _, blocks in launches] == [MAX_BLOCKS] * 6 + [4]
-    for _ in range(30):  # 1-500 tensors of up to several million elements
-        sizes = rng.integers(0, 6_000_000, int(rng.integers(1, 500))) // rng.integers(1, 1000)
-        check_plan(planner, sizes.tolist(), GPU_CHUNK, MAX_TENSORS, MAX_BLOCKS, rng)
+    for _ in range(20):  # up to 1000 tensors of up to several million elements
+        sizes = rng.integers(0, 6_000_000, int(rng.integers(1, 1000))) // rng.integers(1, 1000)
+        check_plan(planner, sizes.tolist(), chunk, max_tensors, rng)
 
 
-def resnet50_sizes():
-    """ResNet-50 v1.5's variable sizes, from the benchmark that measures the op on them."""
+def test_model_sizes_match_the_benchmarks_resnet50():
+    """The GPU harness's ResNet-50 is the one benchmarks/unscale_op.py measures on the CPU."""
     path = Path(BENCHMARKS) / "unscale_op.py"
     spec = importlib.util.spec_from_file_location("unscale_op_benchmark", str(path))
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
-    return [int(np.prod(s)) for s in benchmark.resnet50_v15_variable_shapes()]
-
-
-def test_resnet50_needs_a_handful_of_launches(planner):
-    sizes = resnet50_sizes()
+    sizes = [int(np.prod(s)) for s in benchmark.resnet50_v15_variable_shapes()]
+    assert sizes == model_sizes("resnet50")
     assert (len(sizes), sum(sizes)) == (161, 25_557_032)  # the published parameter count
-    launches = check_plan(planner, sizes, GPU_CHUNK, MAX_TENSORS, MAX_BLOCKS,
-                          np.random.default_rng(0))
-    assert len(launches) <= 3
+    assert (len(model_sizes("bert_base")), sum(model_sizes("bert_base"))) == (199, 109_482_240)
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_real_models_need_few_launches_and_waste_under_a_tenth_of_their_blocks(
+        planner, limits, model):
+    """Tail waste: block capacity (blocks x chunk) that holds no element."""
+    max_tensors, chunk = limits
+    sizes = model_sizes(model)
+    plan = check_plan(planner, sizes, chunk, max_tensors, np.random.default_rng(0))
+    assert len(plan.launches) == -(-len(sizes) // max_tensors)
+    blocks = int(plan.launches[:, 1].sum())
+    assert 1 - sum(sizes) / (blocks * chunk) < 0.1
+    # A block per tensor's last partial chunk, as a per-tensor planner makes, wastes more:
+    per_tensor_blocks = sum(-(-s // chunk) for s in sizes)
+    assert blocks < per_tensor_blocks
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 32768])

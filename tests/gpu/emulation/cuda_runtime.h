@@ -1,0 +1,368 @@
+// CPU grid emulation: lets g++ compile a CUDA source file unchanged, as C++, and run its
+// kernels on the host. Put this directory first on the include path (it is found as
+// <cuda_runtime.h>) and compile the .cu file with `-x c++`.
+//
+// What it provides:
+//   * the qualifiers (__global__, __device__, __host__, __forceinline__, __launch_bounds__)
+//     and __CUDACC__ / __CUDA_ARCH__, so shared headers take their device code paths;
+//   * threadIdx, blockIdx, blockDim, gridDim, uint4, dim3, and the intrinsics the op uses
+//     (__fmul_rn, __float_as_uint, __uint_as_float);
+//   * the runtime calls the op and its harness use (cudaMalloc ... cudaEventElapsedTime):
+//     "device" memory is host memory, streams and events are synchronous;
+//   * TFAMP_KERNEL_LAUNCH(kernel, blocks, threads, stream)(args...), the launch macro of
+//     gpu_launch.cu: it checks the launch configuration as CUDA does (errors reported by
+//     cudaGetLastError), counts launches and blocks, then runs every thread of every block,
+//     one after another, in the order set by SetThreadOrder: shuffled by default, so a
+//     kernel whose result depends on which thread runs first fails its tests.
+// Kernels must not use shared memory or __syncthreads (threads run to completion one at a
+// time); arithmetic follows IEEE with denormals (nvcc's default, no -ftz), whatever the
+// calling thread's MXCSR says.
+#ifndef TFAMP_TESTS_CUDA_EMULATION_H_
+#define TFAMP_TESTS_CUDA_EMULATION_H_
+
+// Every standard header first: __CUDACC__ changes what some of them declare.
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#define TFAMP_CUDA_EMULATION 1
+#define __CUDACC__ 1
+#define __CUDA_ARCH__ 750
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+struct uint3 {
+  unsigned int x, y, z;
+};
+
+struct dim3 {
+  unsigned int x, y, z;
+  dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+struct alignas(16) uint4 {
+  unsigned int x, y, z, w;
+};
+
+// Defined in emulation_capi.cc; set by the launcher before each emulated thread runs.
+extern uint3 threadIdx;
+extern uint3 blockIdx;
+extern dim3 blockDim;
+extern dim3 gridDim;
+
+inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+inline float __uint_as_float(unsigned int u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// One IEEE product rounded to nearest even: the build passes -ffp-contract=off, so the
+// compiler cannot fuse it into an FMA either.
+inline float __fmul_rn(float a, float b) { return a * b; }
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+};
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+struct CUstream_st {};
+typedef CUstream_st* cudaStream_t;
+
+struct CUevent_st {
+  std::chrono::steady_clock::time_point time;
+};
+typedef CUevent_st* cudaEvent_t;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
+  int memoryBusWidth;
+};
+
+namespace cuda_emulation {
+
+// The order in which a launch runs its (block, thread) pairs.
+enum ThreadOrder { kInOrder = 0, kReversed = 1, kShuffled = 2 };
+
+struct LaunchCounters {
+  int64_t launches;
+  int64_t blocks;
+  int64_t threads;
+};
+
+struct Emulator {
+  ThreadOrder order = kShuffled;
+  uint64_t seed = 0;
+  bool execute = true;  // false: count launches and check them, run no thread
+  LaunchCounters counters = {0, 0, 0};
+  cudaError_t last_error = cudaSuccess;
+};
+
+// One emulator per process: a function-local static, shared by every translation unit.
+inline Emulator& State() {
+  static Emulator emulator;
+  return emulator;
+}
+
+inline cudaError_t Fail(cudaError_t error) {
+  State().last_error = error;
+  return error;
+}
+
+// Denormals as the GPU computes them, for the duration of a launch.
+class IeeeDenormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  IeeeDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~(0x8000u | 0x0040u)); }
+  ~IeeeDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned int saved_;
+#endif
+};
+
+inline bool ValidLaunch(const dim3& grid, const dim3& block) {
+  const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
+  return grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 0x7fffffffu &&
+         grid.y <= 65535 && grid.z <= 65535 && block.x >= 1 && block.y >= 1 && block.z >= 1 &&
+         block.x <= 1024 && block.y <= 1024 && block.z <= 64 && threads <= 1024;
+}
+
+inline void SetIndex(uint64_t linear, const dim3& extent, uint3* index) {
+  index->x = static_cast<unsigned int>(linear % extent.x);
+  index->y = static_cast<unsigned int>(linear / extent.x % extent.y);
+  index->z = static_cast<unsigned int>(linear / extent.x / extent.y);
+}
+
+// Checks and counts a launch, then runs `thread_body` once per thread of the grid.
+template <typename Body>
+void RunGrid(const dim3& grid, const dim3& block, const Body& thread_body) {
+  Emulator& emulator = State();
+  if (!ValidLaunch(grid, block)) {
+    Fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+  const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
+  emulator.counters.launches += 1;
+  emulator.counters.blocks += static_cast<int64_t>(blocks);
+  emulator.counters.threads += static_cast<int64_t>(blocks * threads);
+  if (!emulator.execute) return;
+  std::vector<uint64_t> order(blocks * threads);  // block * threads + thread
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  if (emulator.order == kReversed) std::reverse(order.begin(), order.end());
+  if (emulator.order == kShuffled) {
+    std::mt19937_64 random(emulator.seed + static_cast<uint64_t>(emulator.counters.launches));
+    std::shuffle(order.begin(), order.end(), random);
+  }
+  const IeeeDenormals ieee;
+  gridDim = grid;
+  blockDim = block;
+  for (const uint64_t pair : order) {
+    SetIndex(pair / threads, grid, &blockIdx);
+    SetIndex(pair % threads, block, &threadIdx);
+    thread_body();
+  }
+}
+
+// Bytes of a kernel's parameter list, laid out (and padded) as a struct of them.
+template <typename... Params>
+struct ParamBytes;
+template <>
+struct ParamBytes<> {
+  static constexpr size_t At(size_t offset) { return offset; }
+};
+template <typename First, typename... Rest>
+struct ParamBytes<First, Rest...> {
+  static constexpr size_t At(size_t offset) {
+    return ParamBytes<Rest...>::At((offset + alignof(First) - 1) / alignof(First) * alignof(First) +
+                                   sizeof(First));
+  }
+};
+
+// kernel<<<grid, block, 0, stream>>>(args...) as Launch(kernel, grid, block, stream)(args...).
+template <typename... Params>
+class Launch {
+ public:
+  static_assert(ParamBytes<Params...>::At(0) <= 4096,
+                "kernel parameters exceed 4 KB, the limit of CUDA before 12.1");
+
+  Launch(void (*kernel)(Params...), dim3 grid, dim3 block) : kernel_(kernel), grid_(grid), block_(block) {}
+
+  template <typename... Args>
+  void operator()(const Args&... args) const {
+    void (*kernel)(Params...) = kernel_;
+    // Each thread receives its own copy of the parameters, as from constant memory.
+    RunGrid(grid_, block_, [&]() { kernel(args...); });
+  }
+
+ private:
+  void (*kernel_)(Params...);
+  dim3 grid_;
+  dim3 block_;
+};
+
+template <typename... Params>
+Launch<Params...> MakeLaunch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t) {
+  return Launch<Params...>(kernel, grid, block);
+}
+
+}  // namespace cuda_emulation
+
+#define TFAMP_KERNEL_LAUNCH(kernel, blocks, threads, stream) \
+  ::cuda_emulation::MakeLaunch(kernel, blocks, threads, stream)
+
+// --- runtime API: synchronous, "device" memory is host memory ------------------------------
+
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t error = cuda_emulation::State().last_error;
+  cuda_emulation::State().last_error = cudaSuccess;
+  return error;
+}
+
+inline cudaError_t cudaPeekAtLastError() { return cuda_emulation::State().last_error; }
+
+inline const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+  }
+  return "unrecognized error code";
+}
+
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cuda_emulation::Fail(cudaErrorInvalidDevice);
+}
+
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return cuda_emulation::Fail(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof(*prop));
+  std::strcpy(prop->name, "CPU grid emulation");
+  prop->major = __CUDA_ARCH__ / 100;
+  prop->minor = __CUDA_ARCH__ % 100 / 10;
+  prop->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+
+// malloc, so that an address sanitizer build sees each allocation's exact end. Aligned to
+// 16 bytes (cudaMalloc: 256), which is all a 16-byte vector path can tell apart.
+inline cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  *pointer = std::malloc(bytes ? bytes : 1);
+  return *pointer ? cudaSuccess : cuda_emulation::Fail(cudaErrorMemoryAllocation);
+}
+
+inline cudaError_t cudaFree(void* pointer) {
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t = nullptr) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+inline cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
+  if (bytes) std::memset(pointer, value, bytes);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes,
+                                   cudaStream_t = nullptr) {
+  return cudaMemset(pointer, value, bytes);
+}
+
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
+
+inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  *stream = new CUstream_st();
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+inline cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = new CUevent_st();
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t = nullptr) {
+  event->time = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+  return cudaSuccess;
+}
+
+#endif  // TFAMP_TESTS_CUDA_EMULATION_H_

@@ -1,0 +1,31 @@
+// The grid emulation's globals, and C entry points that steer it (loaded with ctypes).
+#include <cstdint>
+
+#include "cuda_runtime.h"
+
+uint3 threadIdx;
+uint3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+
+extern "C" {
+
+// order: 0 in order, 1 reversed, 2 shuffled (seeded by `seed` and the launch's number).
+void tfamp_emulation_set_thread_order(int order, uint64_t seed) {
+  cuda_emulation::State().order = static_cast<cuda_emulation::ThreadOrder>(order);
+  cuda_emulation::State().seed = seed;
+}
+
+// execute == 0: launches are checked and counted, but no thread runs.
+void tfamp_emulation_set_execute(int execute) { cuda_emulation::State().execute = execute != 0; }
+
+// Launches, blocks and threads since the last call; resets the counts.
+void tfamp_emulation_take_counters(int64_t* launches, int64_t* blocks, int64_t* threads) {
+  cuda_emulation::LaunchCounters& counters = cuda_emulation::State().counters;
+  *launches = counters.launches;
+  *blocks = counters.blocks;
+  *threads = counters.threads;
+  counters.launches = counters.blocks = counters.threads = 0;
+}
+
+}  // extern "C"

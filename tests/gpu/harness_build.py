@@ -1,0 +1,174 @@
+"""Builds the kernel harness: for a GPU with nvcc, or for the CPU grid emulation with g++.
+
+Both builds compile the op's own sources from ``custom_ops/unscale_and_check_finite/``
+(``gpu_launch.cu``, ``launch_plan.cc``) with ``harness_capi.cu``; none needs TensorFlow.
+
+* ``build_gpu(directory, archs)``: nvcc, the CUDA runtime linked statically (nvcc's
+  default), ``-lineinfo`` so compute-sanitizer reports source lines. Returns the library
+  and ptxas's register and spill counts of the kernel per architecture.
+* ``build_emulation(directory, address_sanitizer=False)``: ``$CXX`` (default g++) compiles
+  the ``.cu`` files as C++ against ``emulation/cuda_runtime.h``, warnings as errors.
+
+nvcc is found as ``make op`` finds it (``tfamp_rewrite/fused_op/cuda_toolchain.py``, loaded
+by path: it uses the standard library only), so ``TFAMP_NVCC`` and ``TFAMP_CUDA_ARCHS`` apply.
+"""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+OP_SOURCES = REPO / "custom_ops" / "unscale_and_check_finite"
+EMULATION = HERE / "emulation"
+HARNESS_SOURCE = HERE / "harness_capi.cu"
+GPU_LIBRARY = "libtfamp_kernel_harness_gpu.so"
+EMULATION_LIBRARY = "libtfamp_kernel_harness_emulated.so"
+KERNEL_NAME = "UnscaleAndCheckFiniteKernel"
+
+EMULATION_FLAGS = ("-std=c++14", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+                   "-Wno-unknown-pragmas", "-fno-strict-aliasing", "-ffp-contract=off")
+NVCC_FLAGS = ("-O3", "-std=c++14", "-shared", "-Xcompiler", "-fPIC", "-lineinfo",
+              "-Xptxas", "-v")
+
+KernelResources = collections.namedtuple("KernelResources", "registers spill_bytes")
+
+
+class HarnessBuildError(RuntimeError):
+    """A compiler is missing or failed; the message holds its complaint."""
+
+
+def cuda_toolchain_module():
+    """``tfamp_rewrite/fused_op/cuda_toolchain.py`` of this checkout, without its package."""
+    path = REPO / "tfamp_rewrite" / "fused_op" / "cuda_toolchain.py"
+    spec = importlib.util.spec_from_file_location("tfamp_cuda_toolchain", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def find_toolchain():
+    """The CudaToolchain (nvcc, version, supported archs), or None without nvcc."""
+    toolchain = cuda_toolchain_module()
+    try:
+        return toolchain.find_cuda_toolchain()
+    except toolchain.CudaToolchainError as error:
+        raise HarnessBuildError(str(error)) from error
+
+
+def archs_for_device(toolchain, major: int, minor: int) -> List[int]:
+    """Machine code for the device when nvcc can target it, else PTX it can JIT."""
+    arch = 10 * major + minor
+    supported = toolchain.supported_archs
+    if not supported or arch in supported:
+        return [arch]
+    older = [a for a in supported if a < arch]
+    if not older:
+        raise HarnessBuildError(
+            f"nvcc {toolchain.version} cannot target sm_{arch} (it supports sm_{supported[0]} "
+            f"to sm_{supported[-1]}); point TFAMP_NVCC at an nvcc that does (V100, sm_70: "
+            f"CUDA 12 or older).")
+    return [older[-1]]
+
+
+def target_archs(toolchain) -> List[int]:
+    """What ``make op`` compiles for: TFAMP_CUDA_ARCHS, or sm_75..sm_90 with CUDA 13."""
+    module = cuda_toolchain_module()
+    try:
+        return module.target_archs(toolchain)
+    except module.CudaToolchainError as error:
+        raise HarnessBuildError(str(error)) from error
+
+
+def gencode_flags(archs: Sequence[int]) -> List[str]:
+    return cuda_toolchain_module().gencode_flags(list(archs))
+
+
+def find_compute_sanitizer(nvcc: Optional[str]) -> Optional[str]:
+    """compute-sanitizer beside nvcc, in $CUDA_HOME, on PATH or in /usr/local/cuda."""
+    candidates = []
+    if nvcc:
+        bin_dir = Path(nvcc).resolve().parent
+        candidates += [bin_dir / "compute-sanitizer",
+                       bin_dir.parent / "compute-sanitizer" / "compute-sanitizer"]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "compute-sanitizer")
+    on_path = shutil.which("compute-sanitizer")
+    if on_path:
+        candidates.append(Path(on_path))
+    candidates.append(Path("/usr/local/cuda/bin/compute-sanitizer"))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(str(candidate), os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _run(argv: Sequence[str], cwd: Path) -> str:
+    try:
+        result = subprocess.run(list(argv), cwd=str(cwd), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, check=False)
+    except OSError as error:
+        raise HarnessBuildError(f"`{argv[0]}` does not run: {error}") from error
+    if result.returncode != 0:
+        raise HarnessBuildError(f"$ {' '.join(argv)}\n{result.stdout}")
+    return result.stdout
+
+
+def kernel_resources(ptxas_output: str) -> Dict[str, KernelResources]:
+    """{"sm_90": KernelResources(registers, spill bytes)} of the op's kernel, from ptxas -v."""
+    resources, arch, spills = {}, None, 0
+    for line in ptxas_output.splitlines():
+        entry = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+)'", line)
+        if entry:
+            arch = entry.group(2) if KERNEL_NAME in entry.group(1) else None
+            spills = 0
+            continue
+        if arch is None:
+            continue
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if spill:
+            spills = int(spill.group(1)) + int(spill.group(2))
+        used = re.search(r"Used (\d+) registers", line)
+        if used:
+            resources[arch] = KernelResources(int(used.group(1)), spills)
+            arch = None
+    return resources
+
+
+def build_gpu(directory: Path, archs: Sequence[int], toolchain=None):
+    """(library path, {arch: KernelResources}) of the nvcc build for ``archs``."""
+    toolchain = toolchain or find_toolchain()
+    if toolchain is None:
+        raise HarnessBuildError("no nvcc found (set TFAMP_NVCC or CUDA_HOME, or put nvcc on "
+                                "PATH)")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    library = directory / GPU_LIBRARY
+    output = _run([toolchain.nvcc, *NVCC_FLAGS, *gencode_flags(archs), "-I", str(OP_SOURCES),
+                   str(HARNESS_SOURCE), str(OP_SOURCES / "gpu_launch.cu"),
+                   str(OP_SOURCES / "launch_plan.cc"), "-o", str(library)], directory)
+    return library, kernel_resources(output)
+
+
+def build_emulation(directory: Path, address_sanitizer: bool = False) -> Path:
+    """The harness against the grid emulation, compiled by ``$CXX``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    library = directory / EMULATION_LIBRARY
+    if address_sanitizer:
+        optimise = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
+    else:
+        optimise = ["-O2"]
+    _run([os.environ.get("CXX", "g++"), *EMULATION_FLAGS, *optimise,
+          "-I", str(EMULATION), "-I", str(OP_SOURCES),
+          "-x", "c++", str(OP_SOURCES / "gpu_launch.cu"), str(HARNESS_SOURCE),
+          "-x", "none", str(OP_SOURCES / "launch_plan.cc"), str(EMULATION / "emulation_capi.cc"),
+          "-o", str(library)], directory)
+    return library

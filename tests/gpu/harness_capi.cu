@@ -1,0 +1,205 @@
+// C entry points of the kernel harness (tests/gpu/harness_library.py loads them with ctypes):
+// device memory, the op's launch sequence (PlanLaunches + EnqueueUnscaleAndCheckFinite, as
+// gpu_kernel.cc calls them, without TensorFlow), and event timing.
+//
+// Built twice from this one file: by nvcc with gpu_launch.cu and launch_plan.cc for a real
+// GPU, and by g++ against tests/gpu/emulation/cuda_runtime.h for the CPU grid emulation.
+// Every function returns 0 on success, -1 on failure with tfamp_harness_error() saying why.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu_launch.h"
+#include "launch_plan.h"
+
+namespace {
+
+std::string& LastError() {
+  static std::string error;
+  return error;
+}
+
+int Fail(const std::string& what) {
+  LastError() = what;
+  return -1;
+}
+
+int Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return 0;
+  return Fail(std::string(what) + ": " + cudaGetErrorString(error));
+}
+
+std::vector<tfamp::TensorRef> Tensors(const uint64_t* in, const uint64_t* out,
+                                      const int64_t* sizes, const int32_t* types, int n) {
+  std::vector<tfamp::TensorRef> tensors(n);
+  for (int i = 0; i < n; ++i) {
+    tensors[i].in = reinterpret_cast<const void*>(static_cast<uintptr_t>(in[i]));
+    tensors[i].out = reinterpret_cast<void*>(static_cast<uintptr_t>(out[i]));
+    tensors[i].size = sizes[i];
+    tensors[i].type = static_cast<tfamp::ElementType>(types[i]);
+  }
+  return tensors;
+}
+
+// What UnscaleAndCheckFiniteGpuOp::Unscale does: plan on the host, enqueue, no waiting.
+int PlanAndEnqueue(const std::vector<tfamp::TensorRef>& tensors, int64_t chunk_elements,
+                   int max_tensors, const float* inv_scale, bool* all_finite, int* launches) {
+  const std::vector<tfamp::LaunchTable> plan = tfamp::PlanLaunches(
+      tensors.data(), static_cast<int>(tensors.size()), chunk_elements, max_tensors);
+  if (launches) *launches = static_cast<int>(plan.size());
+  const char* error = tfamp::EnqueueUnscaleAndCheckFinite(
+      plan.data(), static_cast<int>(plan.size()), inv_scale, all_finite, nullptr);
+  return error ? Fail(std::string("EnqueueUnscaleAndCheckFinite: ") + error) : 0;
+}
+
+int CheckPlanArguments(int64_t chunk_elements, int max_tensors) {
+  if (chunk_elements < 1) return Fail("chunk_elements must be >= 1");
+  if (max_tensors < 1 || max_tensors > tfamp::kMaxTensorsPerLaunch) {
+    return Fail("max_tensors must be in [1, " + std::to_string(tfamp::kMaxTensorsPerLaunch) + "]");
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* tfamp_harness_error() { return LastError().c_str(); }
+
+int tfamp_harness_max_tensors_per_launch() { return tfamp::kMaxTensorsPerLaunch; }
+
+int64_t tfamp_harness_default_chunk_elements() { return tfamp::kGpuChunkElements; }
+
+// Device 0: its name, compute capability, multiprocessor count and global memory.
+int tfamp_harness_device(char* name, int name_capacity, int* major, int* minor,
+                         int* multiprocessors, int64_t* memory_bytes) {
+  int count = 0;
+  if (Check(cudaGetDeviceCount(&count), "cudaGetDeviceCount")) return -1;
+  if (count < 1) return Fail("no CUDA device");
+  cudaDeviceProp prop;
+  if (Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return -1;
+  std::snprintf(name, static_cast<size_t>(name_capacity), "%s", prop.name);
+  *major = prop.major;
+  *minor = prop.minor;
+  *multiprocessors = prop.multiProcessorCount;
+  *memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  return 0;
+}
+
+// Destroys the device context (what compute-sanitizer's leak check reports at).
+int tfamp_harness_reset() { return Check(cudaDeviceReset(), "cudaDeviceReset"); }
+
+void* tfamp_harness_malloc(int64_t bytes) {
+  void* pointer = nullptr;
+  if (Check(cudaMalloc(&pointer, static_cast<size_t>(bytes)), "cudaMalloc")) return nullptr;
+  return pointer;
+}
+
+int tfamp_harness_free(void* pointer) { return Check(cudaFree(pointer), "cudaFree"); }
+
+// direction: 1 host to device, 2 device to host, 3 device to device (cudaMemcpyKind).
+int tfamp_harness_copy(void* dst, const void* src, int64_t bytes, int direction) {
+  return Check(cudaMemcpy(dst, src, static_cast<size_t>(bytes),
+                          static_cast<cudaMemcpyKind>(direction)),
+               "cudaMemcpy");
+}
+
+int tfamp_harness_memset(void* pointer, int value, int64_t bytes) {
+  return Check(cudaMemset(pointer, value, static_cast<size_t>(bytes)), "cudaMemset");
+}
+
+// The plan for tensors of these sizes and types (nothing is launched): launches and, in
+// *blocks, thread blocks over all launches.
+int tfamp_harness_plan(const int64_t* sizes, const int32_t* types, int n, int64_t chunk_elements,
+                       int max_tensors, int* launches, int64_t* blocks) {
+  if (CheckPlanArguments(chunk_elements, max_tensors)) return -1;
+  std::vector<uint64_t> fake(n, 0);
+  const std::vector<tfamp::TensorRef> tensors = Tensors(fake.data(), fake.data(), sizes, types, n);
+  const std::vector<tfamp::LaunchTable> plan =
+      tfamp::PlanLaunches(tensors.data(), n, chunk_elements, max_tensors);
+  *launches = static_cast<int>(plan.size());
+  *blocks = 0;
+  for (const tfamp::LaunchTable& table : plan) *blocks += table.num_blocks;
+  return 0;
+}
+
+// One call of the op on device buffers `in[i]` -> `out[i]` (may be equal), then waits for the
+// device. `inv_scale` and `all_finite` are device pointers; *launches gets the launch count.
+int tfamp_harness_unscale(const uint64_t* in, const uint64_t* out, const int64_t* sizes,
+                          const int32_t* types, int n, int64_t chunk_elements, int max_tensors,
+                          const float* inv_scale, bool* all_finite, int* launches) {
+  if (CheckPlanArguments(chunk_elements, max_tensors)) return -1;
+  if (PlanAndEnqueue(Tensors(in, out, sizes, types, n), chunk_elements, max_tensors, inv_scale,
+                     all_finite, launches)) {
+    return -1;
+  }
+  return Check(cudaDeviceSynchronize(), "the kernel");
+}
+
+// Device time per call over `iterations` back-to-back calls (after 3 warm-up calls), measured
+// with events; *host_ms: host time per call spent planning and enqueueing.
+int tfamp_harness_time_unscale(const uint64_t* in, const uint64_t* out, const int64_t* sizes,
+                               const int32_t* types, int n, int64_t chunk_elements,
+                               int max_tensors, const float* inv_scale, bool* all_finite,
+                               int iterations, float* device_ms, float* host_ms) {
+  if (CheckPlanArguments(chunk_elements, max_tensors)) return -1;
+  if (iterations < 1) return Fail("iterations must be >= 1");
+  const std::vector<tfamp::TensorRef> tensors = Tensors(in, out, sizes, types, n);
+  for (int i = 0; i < 3; ++i) {
+    if (PlanAndEnqueue(tensors, chunk_elements, max_tensors, inv_scale, all_finite, nullptr)) {
+      return -1;
+    }
+  }
+  if (Check(cudaDeviceSynchronize(), "warm-up calls")) return -1;
+  cudaEvent_t start, stop;
+  if (Check(cudaEventCreate(&start), "cudaEventCreate")) return -1;
+  if (Check(cudaEventCreate(&stop), "cudaEventCreate")) return -1;
+  int result = Check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+  const std::chrono::steady_clock::time_point host_start = std::chrono::steady_clock::now();
+  for (int i = 0; result == 0 && i < iterations; ++i) {
+    result = PlanAndEnqueue(tensors, chunk_elements, max_tensors, inv_scale, all_finite, nullptr);
+  }
+  const std::chrono::steady_clock::time_point host_stop = std::chrono::steady_clock::now();
+  if (result == 0) result = Check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+  if (result == 0) result = Check(cudaEventSynchronize(stop), "the timed calls");
+  float total_ms = 0;
+  if (result == 0) result = Check(cudaEventElapsedTime(&total_ms, start, stop), "elapsed time");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  *device_ms = total_ms / iterations;
+  *host_ms = std::chrono::duration<float, std::milli>(host_stop - host_start).count() / iterations;
+  return result;
+}
+
+// Device time per device-to-device cudaMemcpy of `bytes`, over `iterations` back-to-back
+// copies after 3 warm-up copies.
+int tfamp_harness_time_copy(void* dst, const void* src, int64_t bytes, int iterations,
+                            float* device_ms) {
+  if (iterations < 1) return Fail("iterations must be >= 1");
+  for (int i = 0; i < 3; ++i) {
+    if (tfamp_harness_copy(dst, src, bytes, cudaMemcpyDeviceToDevice)) return -1;
+  }
+  cudaEvent_t start, stop;
+  if (Check(cudaEventCreate(&start), "cudaEventCreate")) return -1;
+  if (Check(cudaEventCreate(&stop), "cudaEventCreate")) return -1;
+  int result = Check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+  for (int i = 0; result == 0 && i < iterations; ++i) {
+    result = Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                                   nullptr),
+                   "cudaMemcpyAsync");
+  }
+  if (result == 0) result = Check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+  if (result == 0) result = Check(cudaEventSynchronize(stop), "the timed copies");
+  float total_ms = 0;
+  if (result == 0) result = Check(cudaEventElapsedTime(&total_ms, start, stop), "elapsed time");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  *device_ms = total_ms / iterations;
+  return result;
+}
+
+}  // extern "C"
