@@ -101,11 +101,9 @@ def test_cache_directory_follows_tensorflow_flags_and_source_bytes(monkeypatch, 
     assert str(first).startswith(str(tmp_path / "cache"))
     assert fused_op_build.build_libraries().directory == first
 
-    real_flags = fused_op_build._tensorflow_flags
-    monkeypatch.setattr(fused_op_build, "_tensorflow_flags",
-                        lambda: real_flags()[:1] + (real_flags()[1] + ["-DOTHER"],) + real_flags()[2:])
-    other_flags = fused_op_build.build_libraries().directory
-    monkeypatch.setattr(fused_op_build, "_tensorflow_flags", real_flags)
+    installed = fused_op_build.installed_tensorflow()
+    other_flags = fused_op_build.build_libraries(tensorflow=installed._replace(
+        compile_flags=installed.compile_flags + ["-DOTHER"])).directory
 
     sources = tmp_path / "src"
     sources.mkdir()
@@ -117,6 +115,21 @@ def test_cache_directory_follows_tensorflow_flags_and_source_bytes(monkeypatch, 
     other_sources = fused_op_build.build_libraries().directory
     assert len({first, other_flags, other_sources}) == 3
     assert built == [first, other_flags, other_sources]
+
+
+@pytest.mark.parametrize("tensorflow, standard", [
+    (fused_op_build.TensorFlowBuild("1.15.0", ["-I/tf/include", "-D_GLIBCXX_USE_CXX11_ABI=0"],
+                                    ["-L/tf", "-l:libtensorflow_framework.so.1"]), "-std=c++14"),
+    (fused_op_build.TensorFlowBuild("2.15.1", ["-I/tf/include", "-D_GLIBCXX_USE_CXX11_ABI=1",
+                                               "--std=c++17"], ["-L/tf"]), "--std=c++17"),
+])
+def test_flags_name_a_cxx_standard_the_tensorflow_was_built_with(tensorflow, standard):
+    """TF 1.x names none, and g++ >= 11 would pick C++17 (see _tensorflow_flags): C++14 then."""
+    version, compile_flags, link_flags = fused_op_build._tensorflow_flags(tensorflow)
+    assert [flag for flag in compile_flags if "std=" in flag] == [standard]
+    major, minor = version.split(".")[:2]
+    assert compile_flags[-2:] == ["-DTFAMP_TF_MAJOR=" + major, "-DTFAMP_TF_MINOR=" + minor]
+    assert "-isystem/tf/include" in compile_flags and link_flags == tensorflow.link_flags
 
 
 def test_wheel_ships_the_sources_and_the_builder_finds_them(tmp_path, monkeypatch):

@@ -9,7 +9,9 @@
   tensorflow-cpu (the GPU kernel is then registered but never used).
 
 ``build_libraries().preferred`` is the library to load (the GPU one when built); the
-first call builds it.
+first call builds it.  ``build_libraries(tensorflow=TensorFlowBuild(...))`` builds against
+another TensorFlow than the installed one, from what its ``tf.sysconfig`` says (how the
+tests build against TensorFlow 1.15's headers and framework library).
 Builds are cached under ``$TFAMP_OP_CACHE`` (default ``~/.cache/tfamp_rewrite``), one
 directory per hash of everything that goes into them: TensorFlow version and flags,
 compilers, commands and source bytes. A failed GPU build is remembered there as well (its
@@ -91,19 +93,37 @@ def cache_root() -> Path:
     return Path(xdg) / "tfamp_rewrite"
 
 
-def _tensorflow_flags():
+class TensorFlowBuild(collections.namedtuple("TensorFlowBuild", "version compile_flags link_flags")):
+    """A TensorFlow to build against: ``tf.__version__``, ``tf.sysconfig.get_compile_flags()``
+    and ``tf.sysconfig.get_link_flags()`` as that TensorFlow reports them."""
+
+    __slots__ = ()
+
+
+def installed_tensorflow() -> TensorFlowBuild:
+    """The TensorFlow this Python imports."""
+    import tensorflow as tf
+
+    return TensorFlowBuild(tf.__version__, list(tf.sysconfig.get_compile_flags()),
+                           list(tf.sysconfig.get_link_flags()))
+
+
+def _tensorflow_flags(tensorflow: TensorFlowBuild):
     """(version, compile flags, link flags); TF's headers as system headers (no warnings).
 
     The TensorFlow version is passed as TFAMP_TF_MAJOR / TFAMP_TF_MINOR: newer headers no
-    longer define TF_MAJOR_VERSION themselves (their build system does).
+    longer define TF_MAJOR_VERSION themselves (their build system does).  TF 1.x names no
+    C++ standard; it was built as C++14, and a compiler defaulting to C++17 (g++ >= 11)
+    would turn absl::string_view into std::string_view in its headers, so the library
+    would not load (undefined tensorflow::Status(Code, std::string_view)).
     """
-    import tensorflow as tf
-
     compile_flags = ["-isystem" + flag[2:] if flag.startswith("-I") else flag
-                     for flag in tf.sysconfig.get_compile_flags()]
-    major, minor = tf.__version__.split(".")[:2]
+                     for flag in tensorflow.compile_flags]
+    if not any(flag.startswith(("-std=", "--std=")) for flag in compile_flags):
+        compile_flags.insert(0, "-std=c++14")
+    major, minor = tensorflow.version.split(".")[:2]
     compile_flags += ["-DTFAMP_TF_MAJOR=%d" % int(major), "-DTFAMP_TF_MINOR=%d" % int(minor)]
-    return tf.__version__, compile_flags, list(tf.sysconfig.get_link_flags())
+    return tensorflow.version, compile_flags, list(tensorflow.link_flags)
 
 
 def _compiler_identity(cxx: str) -> str:
@@ -211,11 +231,12 @@ def _build_into(directory: Path, steps) -> None:
         shutil.rmtree(str(workdir), ignore_errors=True)
 
 
-def build_libraries(force: bool = False) -> Libraries:
-    """The op libraries for the installed TensorFlow, built unless a cached build exists."""
+def build_libraries(force: bool = False, tensorflow: TensorFlowBuild = None) -> Libraries:
+    """The op libraries for ``tensorflow`` (default: the installed one), built unless a
+    cached build exists."""
     src = op_source_dir()
     cxx = os.environ.get("CXX", "g++")
-    tf_version, tf_compile, tf_link = _tensorflow_flags()
+    tf_version, tf_compile, tf_link = _tensorflow_flags(tensorflow or installed_tensorflow())
     cuda, archs, gpu_skipped, gpu_error = _gpu_toolchain()
     steps = _plan(src, cxx, tf_compile, tf_link, cuda, archs)
     identity = {
