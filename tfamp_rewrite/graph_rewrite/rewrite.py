@@ -195,6 +195,35 @@ def rewrite_library(graph_def, options: RewriteOptions):
     return reports
 
 
+def emulate_rewritten(graph_def, report: RewriteReport):
+    """A copy of ``graph_def``, rewritten natively as ``report`` says, that runs emulated.
+
+    For graphs changed after the rewrite (the command line folds constants into half and
+    may make inputs half): the nodes the rewrite converted -- in the graph and in each
+    function body it rewrote -- run float32 kernels on values rounded to half; every other
+    half tensor (a folded constant, a half input) is widened where they read it.  Returns
+    ``(graph_def, EmulationReport)``; ``graph_def`` is not modified.
+    """
+    output = graph_pb2.GraphDef()
+    output.CopyFrom(graph_def)
+    lookup = op_def_lookup(output)
+    function_ops = frozenset(f.signature.name for f in output.library.function)
+    total = emulate_half(output, _converted(report), lookup, function_ops)
+    by_name = {f.signature.name: f for f in output.library.function}
+    for function in report.functions:
+        fdef = by_name.get(function.name)
+        if function.report is None or fdef is None:
+            continue
+        body = body_as_graph(fdef, lookup)
+        total.add(emulate_half(body.graph, _converted(function.report), lookup, function_ops))
+        fdef.CopyFrom(graph_as_body(body, fdef, lookup))
+    return output, total
+
+
+def _converted(report: RewriteReport):
+    return [decision.name for decision in report.decisions if decision.converted]
+
+
 def op_def_lookup(graph_def):
     """``op type -> OpDef`` for ``graph_def``: TensorFlow's registry, then the graph's functions."""
     signatures = {f.signature.name: f.signature for f in graph_def.library.function}
