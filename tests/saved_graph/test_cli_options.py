@@ -97,6 +97,36 @@ def test_validate_with_input_data_catches_half_overflow(frozen, tmp_path, capsys
     assert probs["nonfinite"] > 0 and "non-finite" in out
 
 
+@pytest.mark.parametrize("kind", ["frozen", "savedmodel"])
+def test_validate_emulates_tensor_cores_without_a_gpu_and_says_so(kind, tmp_path, capsys):
+    """Default --numerics auto: emulated here (no GPU); native runs this CPU's half kernels.
+    The written graph is the same either way, and no emulated copy is left behind."""
+    if kind == "frozen":
+        source, outputs = models.frozen_net(str(tmp_path / "net.pb")), ("a.pb", "b.pb")
+    else:
+        source, outputs = models.saved_model(str(tmp_path / "model")), ("a", "b")
+    results = {}
+    for numerics, output in zip(("auto", "native"), outputs):
+        report = tmp_path / ("%s.json" % numerics)
+        code, out, err = run_main(capsys, "convert", source, str(tmp_path / output), "--validate",
+                                  "--numerics", numerics, "--report", str(report))
+        assert code == 0, err
+        results[numerics] = (json.loads(report.read_text())["validation"], out)
+    emulated, out = results["auto"]
+    assert emulated["numerics"] == "emulate" and "no GPU is visible" in emulated["numerics_reason"]
+    assert "half nodes ran emulated (no GPU is visible" in out
+    assert (emulated["rtol"], emulated["atol"]) == (2e-2, 2e-2)
+    native, out = results["native"]
+    assert native["numerics"] == "native" and "native half kernels" in out
+    assert (native["rtol"], native["atol"]) == (5e-2, 5e-2)
+    first, second = (tmp_path / name for name in outputs)
+    if kind == "frozen":
+        assert first.read_bytes() == second.read_bytes()
+    else:
+        assert (first / "saved_model.pb").read_bytes() == (second / "saved_model.pb").read_bytes()
+    assert not [name for name in os.listdir(tmp_path) if ".tmp-" in name]
+
+
 def test_converted_graph_is_refused_unless_forced(frozen, tmp_path, capsys):
     first = tmp_path / "once.pb"
     _convert(capsys, frozen, first)

@@ -10,6 +10,7 @@ import pytest
 import saved_graph_models as models
 from cli_helpers import run_main
 
+from tfamp_rewrite.graph_rewrite.emulation import EmulationReport
 from tfamp_rewrite.graph_rewrite.report import RewriteReport
 from tfamp_rewrite.graph_rewrite.tensor_cores import Dimension, TensorCoreOp, TensorCoreReport
 from tfamp_rewrite.saved_graph import conversion, report_schema
@@ -78,6 +79,7 @@ def test_the_schema_rejects_a_missing_key(report, key):
     (ConstantReport, "ConstantReport"), (ConstantRange, "ConstantRange"), (FoldedConstant, "FoldedConstant"),
     (TensorCoreReport, "TensorCoreReport"), (TensorCoreOp, "TensorCoreOp"), (Dimension, "Dimension"),
     (ValidationReport, "ValidationReport"), (OutputComparison, "OutputComparison"),
+    (EmulationReport, "EmulationReport"),
 ])
 def test_the_schema_names_every_dataclass_field(cls, name):
     schema = report_schema.SCHEMA if name is None else report_schema.DEFINITIONS[name]

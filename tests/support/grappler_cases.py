@@ -22,7 +22,13 @@ import numpy as np
 import tensorflow as tf
 from graph_runner import run_graph
 from grappler_case_graphs import CaseGraph
-from grappler_oracle import dtype_differences, oracle_compat, oracle_lists, run_grappler_amp
+from grappler_oracle import (
+    dtype_differences,
+    oracle_compat,
+    oracle_lists,
+    require_oracle,
+    run_grappler_amp,
+)
 
 from tfamp_rewrite import rewrite_graph_def
 from tfamp_rewrite.tf_compat import lookup_op_def
@@ -181,6 +187,7 @@ def assert_same_as_tensorflow(graph_def, fetches, dtype: str = "float16"):
     infer-after-allow in its bfloat16 pass only, newer TensorFlow in both.  Every Cast
     we add is one TensorFlow adds (same name, same input).  Returns TensorFlow's graph.
     """
+    require_oracle(dtype)
     theirs = run_grappler_amp(graph_def, fetches, dtype=dtype).graph_def
     ours = rewrite_graph_def(graph_def, fetches=fetches, dtype=dtype, target="cpu",
                              compat=oracle_compat(), lists=oracle_lists(dtype)).graph_def

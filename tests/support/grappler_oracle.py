@@ -9,6 +9,10 @@ TensorFlow swallows pass failures and returns the input unchanged, so
 ``oracle_lists(dtype)`` reads the lists this TensorFlow really uses (its paintbuckets
 file) and ``oracle_compat()`` probes whether it applies infer-after-allow, so the
 differential tests compare algorithms, not list versions.
+
+The bfloat16 pass needs oneDNN and a CPU it runs bfloat16 on (AVX-512): elsewhere
+TensorFlow skips it silently.  ``require_oracle(dtype)`` probes that at run time and skips the
+calling test with the reason; tests of our own expectations run on every CPU.
 """
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ import glob
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
+import pytest
 import tensorflow as tf
+from cpu_features import cpu_flags, onednn_disabled
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
 from tensorflow.python.grappler import tf_optimizer
@@ -74,15 +81,17 @@ def meta_graph_for(graph_def, fetches=(), feeds=()):
 
 
 def run_grappler_amp(graph_def, fetches=(), feeds=(), dtype="float16", **env) -> OracleRun:
-    """Runs TensorFlow's AMP pass alone on ``graph_def``; ``env`` sets TF_* variables."""
+    """Runs TensorFlow's AMP pass alone on ``graph_def``; ``env`` sets TF_* variables
+    (``TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16="1"`` for its fp16 emulation)."""
     config = config_pb2.ConfigProto()
     rewrite = config.graph_options.rewrite_options
     rewrite.optimizers.append(OPTIMIZERS[dtype])
     rewrite.min_graph_nodes = -1
     rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
     with tempfile.TemporaryDirectory() as log_dir:
-        with _env(TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16="0",
-                  TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH=log_dir, **env):
+        settings = {"TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16": "0", **env,
+                    "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LOG_PATH": log_dir}
+        with _env(**settings):
             output = tf_optimizer.OptimizeGraph(config, meta_graph_for(graph_def, fetches, feeds))
         buckets = glob.glob(os.path.join(log_dir, "paintbuckets_*graph_to_optimize*.txt"))
         lists = _parse_paintbuckets(buckets[0]) if buckets else None
@@ -111,11 +120,39 @@ def _probe_graph():
 
 
 @functools.lru_cache(maxsize=None)
+def _probe_run(dtype: str) -> OracleRun:
+    return run_grappler_amp(_probe_graph(), fetches=["out"], dtype=dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def oracle_unavailable(dtype="float16") -> Optional[str]:
+    """Why TensorFlow's pass for ``dtype`` cannot be the oracle on this CPU; None if it can."""
+    if _probe_run(dtype).succeeded:
+        return None
+    if dtype != "bfloat16":
+        return "TensorFlow's %s pass did not run on a probe graph" % OPTIMIZERS[dtype]
+    missing = [flag for flag in ("avx512f", "avx512_bf16") if flag not in cpu_flags()]
+    if onednn_disabled():
+        why = "TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN off"
+    elif missing:
+        why = "no AVX-512 BF16: %s not in its flags" % ", ".join(missing)
+    else:
+        why = "it did not run on a probe graph"
+    return "TensorFlow's oneDNN bfloat16 pass is unavailable on this CPU (%s)" % why
+
+
+def require_oracle(dtype="float16") -> None:
+    """Skips the calling test, with the reason, where TensorFlow's pass cannot run."""
+    reason = oracle_unavailable(dtype)
+    if reason:
+        pytest.skip(reason)
+
+
+@functools.lru_cache(maxsize=None)
 def oracle_lists(dtype="float16") -> OpLists:
     """The op lists the installed TensorFlow's pass uses (read from its paintbuckets dump)."""
-    run = run_grappler_amp(_probe_graph(), fetches=["out"], dtype=dtype)
-    assert run.lists is not None, "TensorFlow's AMP pass wrote no paintbuckets file"
-    return run.lists
+    require_oracle(dtype)
+    return _probe_run(dtype).lists
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,7 +2,8 @@
 
 A node is *eligible* (Grappler's ``ShouldProcess``) when it is not preserved (fetch,
 feed, ...), not excluded by ``_AutoMixedPrecisionScopeInclude=false`` (NVIDIA's
-``auto_mixed_precision_scope``), and sits on a device the target converts:
+``auto_mixed_precision_scope``), not already an emulated half node (emulation.py marks
+them), and sits on a device the target converts:
 
 * ``target="gpu"``: unplaced nodes (they land on the GPU) and nodes placed on a GPU;
 * ``target="cpu"``: unplaced, CPU and GPU nodes (on a machine without a GPU, soft
@@ -23,6 +24,8 @@ from .graph_view import GraphView
 
 TARGETS = ("gpu", "cpu")
 SCOPE_EXCLUDE_ATTR = "_AutoMixedPrecisionScopeInclude"
+# Marks a node emulation.py runs as float32 for a half one: a later rewrite leaves it be.
+EMULATED_ATTR = "_AutoMixedPrecisionEmulated"
 _DEVICE_TYPE = re.compile(r"(?:^|/)(?:device:)?([A-Za-z_]+):(?:\d+|\*)$")
 
 
@@ -51,6 +54,8 @@ def node_eligibility(nodes, target: str, preserved: Mapping[str, str]
             attr = node.attr
             if SCOPE_EXCLUDE_ATTR in attr and not attr[SCOPE_EXCLUDE_ATTR].b:
                 reason = "excluded by auto_mixed_precision_scope"
+            elif EMULATED_ATTR in attr:
+                reason = "already emulated half: a float32 kernel on values rounded to half"
             else:
                 device = node.device
                 if device not in by_device:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 if TYPE_CHECKING:
+    from .emulation import EmulationReport
     from .tensor_cores import TensorCoreReport
 
 
@@ -73,6 +74,10 @@ class RewriteReport:
     # FLOP share in half and multiple-of-8 diagnostics; filled by tensor_cores.diagnose
     # (it needs static shapes, so the pass itself leaves it None; the command line fills it).
     tensor_cores: Optional["TensorCoreReport"] = None
+    # "native": half nodes run half kernels; "emulate": float32 kernels on values rounded
+    # to half, whose Casts ``emulation`` counts (the decisions above are the same).
+    numerics: str = "native"
+    emulation: Optional["EmulationReport"] = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (nested function reports included)."""
@@ -119,6 +124,11 @@ class RewriteReport:
                     function.report.casts_added))
             else:
                 lines.append("  function %s: %s (%s)" % (function.name, function.status, function.reason))
+        if self.emulation is not None:
+            lines.append("  numerics: emulated -- %d node(s) run float32 kernels on values rounded to %s "
+                         "(%d rounding Cast pair(s), %d widening Cast(s))" % (
+                             self.emulation.nodes, self.dtype, self.emulation.rounding_casts,
+                             self.emulation.widening_casts))
         lines.extend("  note: " + note for note in self.notes)
         if self.tensor_cores is not None:
             lines.extend(self.tensor_cores.summary_lines())

@@ -9,6 +9,7 @@ meta-optimizer does)::
     view      = GraphView(graph)          # (node, type attribute) vertices and edges
     paint     = Painter(...).paint()      # allow / deny sets (see painter.py)
     apply_paint(view, paint)              # half type attributes, shared Casts
+    numerics="emulate": emulate_half(...)  # float32 kernels on values rounded to half
     report    = ReportBuilder(...).build()
 
 The input GraphDef is never modified.
@@ -28,12 +29,14 @@ from ..tf_compat import KernelIndex, lookup_op_def
 from .casts import AppliedPaint, apply_paint
 from .decisions import ReportBuilder
 from .eligibility import TARGETS, HalfSupport, node_eligibility
+from .emulation import EmulationReport, emulate_half
 from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
 from .graph_view import GraphView, parse_input
 from .op_lists import COMPATS, ListsOverride, OpLists, effective_lists, read_level
 from .painter import Painter, PaintRules, rules_for
 from .report import FunctionReport, RewriteReport
 
+NUMERICS = ("native", "emulate")
 _KERNELS = KernelIndex()
 _BATCH_NORM_V2 = {"FusedBatchNorm": "FusedBatchNormV2", "FusedBatchNormGrad": "FusedBatchNormGradV2"}
 
@@ -55,6 +58,7 @@ class RewriteOptions:
     compat: str
     lists: OpLists
     rules: PaintRules
+    numerics: str = "native"
 
     @property
     def target_dtype(self) -> int:
@@ -66,8 +70,12 @@ class RewriteOptions:
 
 
 def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "latest",
-                 lists: ListsOverride = None, environ: Mapping[str, str] = None) -> RewriteOptions:
+                 lists: ListsOverride = None, environ: Mapping[str, str] = None,
+                 numerics: str = "native") -> RewriteOptions:
     """Validates the arguments and reads the list / level environment variables."""
+    if numerics not in NUMERICS:
+        raise ValueError("numerics=%r is not supported; use 'native' (half kernels) or 'emulate' "
+                         "(float32 kernels on values rounded to half)" % (numerics,))
     if dtype not in TARGET_DTYPES:
         raise ValueError("dtype=%r is not supported; use 'float16' or 'bfloat16'" % (dtype,))
     if target not in TARGETS:
@@ -80,13 +88,14 @@ def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "lat
                          "used with dtype='bfloat16' (many ops lack bfloat16 kernels); unset it")
     return RewriteOptions(dtype=dtype, target=target, compat=compat,
                           lists=effective_lists(dtype, compat, lists, environ),
-                          rules=rules_for(compat, dtype, force_all=level == "UNSAFE_FORCE_ALL"))
+                          rules=rules_for(compat, dtype, force_all=level == "UNSAFE_FORCE_ALL"),
+                          numerics=numerics)
 
 
 def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = (),
                       dtype: str = "float16", target: str = "gpu", compat: str = "latest",
                       lists: ListsOverride = None, op_types_to_exclude: Iterable[str] = (),
-                      nodes_to_exclude: Iterable[str] = ()) -> RewriteResult:
+                      nodes_to_exclude: Iterable[str] = (), numerics: str = "native") -> RewriteResult:
     """Returns a mixed-precision copy of ``graph_def`` and the report of every decision.
 
     Args:
@@ -102,12 +111,16 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
         environment variables.
       op_types_to_exclude, nodes_to_exclude: op types and node names left exactly as
         they are (like fetches; unlike deny-listing, nothing downstream is affected).
+      numerics: ``"native"`` (half nodes get half kernels) or ``"emulate"`` (the same
+        decisions, but half nodes run float32 kernels on values rounded to half at every
+        half tensor: what a Tensor Core GPU computes, on any CPU at float32 speed; see
+        emulation.py).
 
     Raises:
       ValueError: bad arguments, conflicting op lists, or a fetch/feed not in the graph.
       GraphRewriteError: the graph is malformed (the error names the node).
     """
-    options = make_options(dtype, target, compat, lists)
+    options = make_options(dtype, target, compat, lists, numerics=numerics)
     output = graph_pb2.GraphDef()
     output.CopyFrom(graph_def)
     with _no_cyclic_gc():
@@ -141,9 +154,14 @@ def rewrite_in_place(graph_def, preserved: Mapping[str, str], options: RewriteOp
     paint = Painter(view, options.lists, eligible, half, options.rules).paint()
     applied = AppliedPaint() if paint.nothing_to_do else apply_paint(
         view, paint, options.target_dtype, options.indexed_cast_names)
-    report = RewriteReport(dtype=options.dtype, target=options.target, compat=options.compat)
+    report = RewriteReport(dtype=options.dtype, target=options.target, compat=options.compat,
+                           numerics=options.numerics)
     ReportBuilder(view, options.lists, eligible, reasons, half, paint, applied,
                   options.target_dtype).build(report)
+    if options.numerics == "emulate":
+        report.emulation = (emulate_half(graph_def, [view.nodes[i].name for i in applied.converted_nodes],
+                                         op_def_lookup(graph_def), function_ops)
+                            if applied.converted_nodes else EmulationReport())
     if upgraded:
         report.notes.append("%d FusedBatchNorm(Grad) node(s) upgraded to the V2 op with U=float32"
                             % upgraded)
@@ -175,6 +193,35 @@ def rewrite_library(graph_def, options: RewriteOptions):
         fdef.CopyFrom(rewritten)
         reports.append(FunctionReport(name, "rewritten", report=report))
     return reports
+
+
+def emulate_rewritten(graph_def, report: RewriteReport):
+    """A copy of ``graph_def``, rewritten natively as ``report`` says, that runs emulated.
+
+    For graphs changed after the rewrite (the command line folds constants into half and
+    may make inputs half): the nodes the rewrite converted -- in the graph and in each
+    function body it rewrote -- run float32 kernels on values rounded to half; every other
+    half tensor (a folded constant, a half input) is widened where they read it.  Returns
+    ``(graph_def, EmulationReport)``; ``graph_def`` is not modified.
+    """
+    output = graph_pb2.GraphDef()
+    output.CopyFrom(graph_def)
+    lookup = op_def_lookup(output)
+    function_ops = frozenset(f.signature.name for f in output.library.function)
+    total = emulate_half(output, _converted(report), lookup, function_ops)
+    by_name = {f.signature.name: f for f in output.library.function}
+    for function in report.functions:
+        fdef = by_name.get(function.name)
+        if function.report is None or fdef is None:
+            continue
+        body = body_as_graph(fdef, lookup)
+        total.add(emulate_half(body.graph, _converted(function.report), lookup, function_ops))
+        fdef.CopyFrom(graph_as_body(body, fdef, lookup))
+    return output, total
+
+
+def _converted(report: RewriteReport):
+    return [decision.name for decision in report.decisions if decision.converted]
 
 
 def op_def_lookup(graph_def):

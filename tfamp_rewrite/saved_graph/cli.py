@@ -62,8 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input-data", metavar="FILE.npz",
                        help="inputs for --validate, one array per input (signature key, tensor or "
                        "node name); default: random with --seed")
-    group.add_argument("--rtol", type=float, help="relative tolerance (default 5e-2 for float16, "
-                       "1e-1 for bfloat16: this CPU's half kernels may accumulate in half)")
+    group.add_argument("--numerics", choices=("auto", "emulate", "native"), default="auto",
+                       help="how --validate runs the converted graph's half nodes: emulate (float32 "
+                       "kernels on values rounded to half, what a Tensor Core GPU computes, on any "
+                       "CPU), native (this machine's half kernels), auto (default: native on a GPU, "
+                       "else emulate). OUTPUT is the same either way")
+    group.add_argument("--rtol", type=float, help="relative tolerance (default: emulated 2e-2 for "
+                       "float16, 1e-1 for bfloat16; native 5e-2 and 1e-1, as a CPU's half kernels "
+                       "may accumulate in half)")
     group.add_argument("--atol", type=float, help="absolute tolerance (default as --rtol)")
     group.add_argument("--batch-size", type=int, default=4, metavar="N",
                        help="size of unknown input dimensions for random inputs (default 4)")
@@ -258,14 +264,31 @@ def _run_convert(args) -> int:
 
 
 def _validate(args, conversion, converted_path: str):
-    from .validate import DEFAULT_TOLERANCE, validate
+    """Validates the staged OUTPUT, or an emulated copy of it staged beside it."""
+    from ..graph_rewrite.rewrite import emulate_rewritten
+    from .graph_io import update_signatures
+    from .validate import DEFAULT_TOLERANCE, validate, validation_numerics
+    from .writer import stage_output
 
-    default = DEFAULT_TOLERANCE[args.dtype]
+    numerics, why = validation_numerics(args.numerics)
+    default = DEFAULT_TOLERANCE[numerics, args.dtype]
     rtol = default if args.rtol is None else args.rtol
     atol = rtol if args.atol is None else args.atol
-    return validate(conversion.saved, converted_path, conversion.io, rtol, atol,
-                    input_data=args.input_data, batch_size=args.batch_size, seed=args.seed,
-                    converted_text=args.output.lower().endswith(".pbtxt"))
+    emulated = None
+    if numerics == "emulate":
+        graph_def, _ = emulate_rewritten(conversion.graph_def, conversion.report.rewrite)
+        emulated = stage_output(conversion.saved, graph_def, args.output,
+                                lambda meta: update_signatures(meta, graph_def))
+        converted_path = emulated.temporary
+    try:
+        report = validate(conversion.saved, converted_path, conversion.io, rtol, atol,
+                          input_data=args.input_data, batch_size=args.batch_size, seed=args.seed,
+                          converted_text=args.output.lower().endswith(".pbtxt"))
+    finally:
+        if emulated is not None:
+            emulated.discard()
+    report.numerics, report.numerics_reason = numerics, why
+    return report
 
 
 def _size(path: str) -> int:

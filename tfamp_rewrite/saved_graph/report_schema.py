@@ -66,7 +66,9 @@ DEFINITIONS = {
     "OutputComparison": _object({"name": STRING, "dtype": STRING, "converted_dtype": STRING,
                                  "max_abs_error": NULLABLE_NUMBER, "max_rel_error": NULLABLE_NUMBER,
                                  "top1_agreement": NULLABLE_NUMBER, "nonfinite": INTEGER, "passed": BOOLEAN}),
-    "ValidationReport": _object({"rtol": NUMBER, "atol": NUMBER, "inputs": STRING, "passed": BOOLEAN,
+    "ValidationReport": _object({"rtol": NUMBER, "atol": NUMBER, "inputs": STRING,
+                                 "numerics": {"enum": ["emulate", "native"]}, "numerics_reason": STRING,
+                                 "passed": BOOLEAN,
                                  "outputs": _array(_ref("OutputComparison")), "seconds_original": NUMBER,
                                  "seconds_converted": NUMBER}),
     "RewriteReport": _object({
@@ -79,7 +81,11 @@ DEFINITIONS = {
             {"total": INTEGER, "converted": INTEGER})},
         "casts": _array(_ref("CastInfo")), "decisions": _array(_ref("NodeDecision")),
         "functions": _array(_ref("FunctionReport")), "notes": STRINGS,
-        "tensor_cores": _nullable("TensorCoreReport")}, closed=False),
+        "tensor_cores": _nullable("TensorCoreReport"), "numerics": {"enum": ["native", "emulate"]},
+        "emulation": _nullable("EmulationReport")}, closed=False),
+    "EmulationReport": _object({"nodes": INTEGER, "rounding_casts": INTEGER, "widening_casts": INTEGER,
+                                "narrowing_casts": INTEGER,
+                                "rounded_outputs": {"type": "object", "additionalProperties": STRING}}),
 }
 
 SCHEMA = {

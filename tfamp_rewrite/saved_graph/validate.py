@@ -12,6 +12,12 @@ dimensions take ``batch_size``) and compares every output in float64::
     passed         = all |c - o| <= atol + rtol * |o|, and no finite o became inf/nan in c
 
 Each graph is also timed (best of ``timed_runs`` runs after a warm-up).
+
+How the converted graph computes its half nodes (``validation_numerics``): on a GPU with
+its half kernels (``native``); without a GPU, by default, ``emulate`` -- float32 kernels on
+values rounded to half at every half tensor, what a Tensor Core GPU computes, the same on
+every CPU (graph_rewrite/emulation.py).  A CPU's own half kernels (``native`` without a GPU)
+accumulate differently per CPU and are far slower, hence their looser default tolerance.
 """
 from __future__ import annotations
 
@@ -27,9 +33,32 @@ from ..graph_rewrite.graph_view import parse_input
 from .formats import GRAPHDEF, METAGRAPH, SavedGraph
 from .graph_io import GraphIO, GraphTensor
 
-# CPU kernels may accumulate half products in half (GPUs accumulate in float32), so the
-# errors validation sees here bound what a GPU shows; a ResNet-50 sees ~2e-2 in float16.
-DEFAULT_TOLERANCE = {"float16": 5e-2, "bfloat16": 1e-1}
+NUMERICS_CHOICES = ("auto", "emulate", "native")
+# Default rtol = atol by (numerics, dtype).  Emulated, as on a Tensor Core GPU: float16
+# keeps 11 significant bits and a deep network drifts a few roundings further (a frozen
+# random-weight ResNet-50's probabilities: max abs error 0.008-0.012 over 48 random
+# images, top-1 agreement 100%); bfloat16 keeps 8 bits (0.13-0.3 there: its logits reach
+# +-230).  Native half kernels on a CPU also accumulate in half, differently per CPU and
+# batch size (0.01-0.12 in float16 on the same ResNet-50).
+DEFAULT_TOLERANCE = {
+    ("emulate", "float16"): 2e-2, ("emulate", "bfloat16"): 1e-1,
+    ("native", "float16"): 5e-2, ("native", "bfloat16"): 1e-1,
+}
+
+
+def validation_numerics(choice: str = "auto"):
+    """``(numerics, why)``: how validation runs the converted graph's half nodes."""
+    if choice not in NUMERICS_CHOICES:
+        raise ConversionError("--numerics %s is not one of %s" % (choice, ", ".join(NUMERICS_CHOICES)),
+                              "Pass --numerics emulate or --numerics native")
+    if choice != "auto":
+        return choice, "as asked (--numerics %s)" % choice
+    import tensorflow as tf
+
+    if tf.config.experimental.list_physical_devices("GPU"):
+        return "native", "a GPU is visible: its half kernels run"
+    return "emulate", ("no GPU is visible: float32 kernels on values rounded to half, as a Tensor Core "
+                       "GPU computes")
 
 
 @dataclass
@@ -53,6 +82,8 @@ class ValidationReport:
     rtol: float
     atol: float
     inputs: str                  # "random normal (seed 0, batch 4)" or the .npz path
+    numerics: str = "native"     # how the converted graph's half nodes ran: native / emulate
+    numerics_reason: str = ""
     passed: bool = True
     outputs: List[OutputComparison] = field(default_factory=list)
     seconds_original: float = 0.0
@@ -61,6 +92,8 @@ class ValidationReport:
     def summary_lines(self) -> List[str]:
         lines = ["Validation on %s (rtol=%g, atol=%g): %s" % (
             self.inputs, self.rtol, self.atol, "passed" if self.passed else "FAILED")]
+        lines.append("  converted graph's half nodes ran %s (%s)" % (
+            "emulated" if self.numerics == "emulate" else "native half kernels", self.numerics_reason))
         lines.append("  %-28s %-9s %12s %12s %8s %s" % ("output", "dtype", "max abs err", "max rel err",
                                                      "top-1", ""))
         for out in self.outputs:

@@ -5,6 +5,10 @@ for bfloat16), as Grappler's pass requires.  Otherwise they run the graph unchan
 log once why -- unless the target is set to ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or
 ``set_rewrite_target("cpu")``), which rewrites CPU nodes too, as TensorFlow's
 ``auto_mixed_precision_cpu`` does; ``gpu`` forces the GPU rewrite; ``auto`` decides.
+
+``TFAMP_REWRITE_NUMERICS=emulate`` makes sessions run half nodes as float32 kernels on
+values rounded to half (what a Tensor Core GPU computes; see graph_rewrite/emulation.py),
+``native`` (the default) runs half kernels.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from typing import List, Optional, Tuple
 
 TARGET_ENV = "TFAMP_REWRITE_TARGET"
 DTYPE_ENV = "TFAMP_REWRITE_DTYPE"
+NUMERICS_ENV = "TFAMP_REWRITE_NUMERICS"
+_NUMERICS = ("native", "emulate")
 _SETTINGS = ("auto", "gpu", "cpu")
 _MIN_CAPABILITY = {"float16": (7, 0), "bfloat16": (8, 0)}
 _logger = logging.getLogger("tfamp_rewrite")
@@ -44,6 +50,15 @@ def session_dtype(dtype: Optional[str] = None) -> str:
     if dtype not in _MIN_CAPABILITY:
         raise ValueError("rewrite dtype %r is not supported; use float16 or bfloat16" % dtype)
     return dtype
+
+
+def session_numerics(numerics: Optional[str] = None) -> str:
+    """How sessions run half nodes: ``numerics``, else ``$TFAMP_REWRITE_NUMERICS``, else native."""
+    numerics = numerics or os.environ.get(NUMERICS_ENV, "").strip().lower() or "native"
+    if numerics not in _NUMERICS:
+        raise ValueError("%s=%r is not supported; use native (half kernels) or emulate (float32 "
+                         "kernels on values rounded to half)" % (NUMERICS_ENV, numerics))
+    return numerics
 
 
 def gpu_compute_capabilities() -> List[Tuple[int, int]]:

@@ -12,7 +12,9 @@ TensorFlow's own AMP rewrite is switched off in the config the session passes on
 nothing is rewritten twice.  Without a GPU of compute capability >= 7.0 (8.0 for
 bfloat16) the session runs the user graph unchanged and logs once why -- unless the
 rewrite target is ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or ``set_rewrite_target``).
-The dtype is ``Session(dtype=...)``, else ``TFAMP_REWRITE_DTYPE``, else float16.
+The dtype is ``Session(dtype=...)``, else ``TFAMP_REWRITE_DTYPE``, else float16; half
+nodes run half kernels unless ``Session(numerics="emulate")`` or
+``TFAMP_REWRITE_NUMERICS=emulate`` asks for float32 kernels on values rounded to half.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import threading
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
-from .devices import log_once, session_dtype, session_rewrite_target
+from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
 from .shadow_graph import ShadowGraph, map_fetch_structure
 
 _tf1 = tf.compat.v1
@@ -46,12 +48,14 @@ def config_without_tf_amp(config=None):
 class _RewritingSession:
     """Mixin over a TensorFlow session class; see the module docstring."""
 
-    def __init__(self, target="", graph=None, config=None, dtype=None):
+    def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None):
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
         dtype = session_dtype(dtype)
+        numerics = session_numerics(numerics)
         rewrite_target, why = session_rewrite_target(dtype)
-        self._shadow = ShadowGraph(self._user_graph, rewrite_target, dtype) if rewrite_target else None
+        self._shadow = (ShadowGraph(self._user_graph, rewrite_target, dtype, numerics)
+                        if rewrite_target else None)
         if self._shadow is None:
             log_once("tfamp_rewrite: " + why)
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph

@@ -10,7 +10,8 @@ savers and checkpoints are name-for-name those of the float32 graph.
 ``private_fetch`` / ``private_feed`` map what a user passes to ``Session.run`` (tensors,
 operations, names, objects with ``_as_graph_element``, SparseTensor, IndexedSlices) to the
 private graph; a fetched tensor whose dtype the rewrite changed is cast back, so fetched
-values always come back in the user graph's dtypes.
+values always come back in the user graph's dtypes.  With emulated numerics a fetched
+output of an emulated node is its value rounded to half, as the GPU would return it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
+from ..graph_rewrite.emulation import is_emulation_cast
 from ..graph_rewrite.graph_view import GraphView, parse_input
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
@@ -33,11 +35,14 @@ _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 class ShadowGraph:
     """A private graph holding the rewrite of ``user_graph`` (see module docstring)."""
 
-    def __init__(self, user_graph: tf.Graph, target: str, dtype: str = "float16"):
+    def __init__(self, user_graph: tf.Graph, target: str, dtype: str = "float16",
+                 numerics: str = "native"):
         self.user_graph = user_graph
         self.graph = tf.Graph()
         self.target = target
         self.dtype = dtype
+        self.numerics = numerics
+        self._rounded: Dict[str, str] = {}  # emulated half output -> its rounded float32 twin
         self.reports: List[RewriteReport] = []
         self._version = None
         self._imported: set = set()
@@ -54,8 +59,11 @@ class ShadowGraph:
             if version == self._version:
                 return
             graph_def = self.user_graph.as_graph_def()
-            result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target)
+            result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
+                                       numerics=self.numerics)
             self.reports.append(result.report)
+            if result.report.emulation is not None:
+                self._rounded.update(result.report.emulation.rounded_outputs)
             if self._imported:
                 self._import_additions(graph_def, result.graph_def)
             else:
@@ -125,7 +133,7 @@ class ShadowGraph:
         user = self.user_graph.as_graph_element(element, allow_tensor=True, allow_operation=True)
         if isinstance(user, tf.Operation):
             return self.graph.get_operation_by_name(user.name)
-        private = self.graph.get_tensor_by_name(user.name)
+        private = self.graph.get_tensor_by_name(self._rounded.get(user.name, user.name))
         if private.dtype == user.dtype:
             return private
         return self._cast_back(user, private)
@@ -204,11 +212,12 @@ def _additions(rewritten_def, new: set, imported: set):
     New user nodes are imported with the Casts the rewrite put after new nodes.  A Cast the
     rewrite put after an already-imported node assumed that node's dtype in the fresh
     rewrite; it is dropped and its consumers read the node directly, leaving
-    ``reconcile_dtypes`` to cast according to the dtype the node really has.
+    ``reconcile_dtypes`` to cast according to the dtype the node really has.  Emulation's
+    Casts are float32 -> half -> float32 whatever the node's paint: they are imported.
     """
     additions, dropped = [], {}
     for node in rewritten_def.node:
-        if node.name in new:
+        if node.name in new or (node.name not in imported and is_emulation_cast(node)):
             additions.append(node)
         elif node.name not in imported and node.op == "Cast" and node.name.endswith(CAST_SUFFIX):
             source, _ = parse_input(node.input[0])
