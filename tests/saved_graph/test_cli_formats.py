@@ -12,6 +12,7 @@ import tensorflow as tf
 from cli_helpers import FLOAT, HALF, node_types, random_images, read_graph, run_cli, run_graph, run_main
 from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import saved_model_pb2
 
 tf1 = tf.compat.v1
 TENSOR_CORE_OPS = ("Conv2D", "MatMul")
@@ -103,6 +104,30 @@ def test_saved_model_round_trip_serves_the_same_signatures(tmp_path):
     for key in before:
         assert after[key].dtype == before[key].dtype == np.float32
         np.testing.assert_allclose(after[key], before[key], atol=5e-2)
+
+
+def _read_saved_model(directory: str):
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(directory, "saved_model.pb"), "rb") as handle:
+        saved.ParseFromString(handle.read())
+    return saved
+
+
+def test_compat_tf115_saved_model_leaves_defaults_out_and_says_so(tmp_path, capsys):
+    """What TensorFlow 1.15 reads (tests/tf115 runs it there); TF 2.x loaders fill defaults in."""
+    source = models.saved_model(str(tmp_path))
+    output = tmp_path / "converted"
+    code, out, err = run_main(capsys, "convert", source, str(output), "--compat", "tf1.15",
+                              "--target", "cpu", "--validate")
+    assert code == 0, err + out
+    (meta,) = _read_saved_model(str(output)).meta_graphs
+    assert meta.meta_info_def.stripped_default_attrs
+    (before,) = _read_saved_model(source).meta_graphs
+    assert not before.meta_info_def.stripped_default_attrs
+    handles = [node for node in meta.graph_def.node if node.op == "VarHandleOp"]
+    assert handles and not any("allowed_devices" in node.attr for node in handles)
+    assert all("allowed_devices" in node.attr for node in before.graph_def.node
+               if node.op == "VarHandleOp")
 
 
 @pytest.mark.parametrize("fmt", ["saved_model", "frozen"])

@@ -16,13 +16,24 @@ def plain_config():
 
 
 def run_graph(graph_def, fetches, feed_dict=None, init=None, train_op=None, steps=0):
-    """Imports ``graph_def``, runs ``init``, then ``train_op`` ``steps`` times, then fetches."""
+    """Imports ``graph_def``, runs ``init``, then ``train_op`` ``steps`` times, then fetches.
+
+    ``graph_def`` is not modified (TensorFlow's importer fills default attributes into the
+    GraphDef it is given, so a copy is imported).
+    """
     graph = tf.Graph()
     with graph.as_default():
-        tf.import_graph_def(graph_def, name="")
+        tf.import_graph_def(copy_of(graph_def), name="")
     with tf1.Session(graph=graph, config=plain_config()) as session:
         if init:
             session.run(init)
         for _ in range(steps):
             session.run(train_op, feed_dict)
         return session.run(fetches, feed_dict)
+
+
+def copy_of(graph_def):
+    """A copy of ``graph_def``."""
+    copy = type(graph_def)()
+    copy.CopyFrom(graph_def)
+    return copy

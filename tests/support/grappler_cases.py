@@ -83,6 +83,14 @@ def nodes_by_name(graph_def) -> Dict[str, object]:
     return {node.name: node for node in graph_def.node}
 
 
+def attr_value(node, name: str):
+    """``node.attr[name]``, or its op's default where the graph leaves it out (compat tf1.15)."""
+    if name in node.attr:
+        return node.attr[name]
+    op_def = lookup_op_def(node.op)
+    return next(a.default_value for a in op_def.attr if a.name == name)
+
+
 def dtype_of(node, attr: str = None) -> str:
     """The dtype name of ``attr`` (by default the first of ``T``, ``dtype``,
     ``element_dtype``, ``elem_type`` the node has); ``attr`` may be ``"T[1]"`` for an
@@ -91,8 +99,8 @@ def dtype_of(node, attr: str = None) -> str:
         attr = next(a for a in ("T", "dtype", "element_dtype", "elem_type") if a in node.attr)
     if attr.endswith("]"):
         name, index = attr[:-1].split("[")
-        return tf.as_dtype(node.attr[name].list.type[int(index)]).name
-    return tf.as_dtype(node.attr[attr].type).name
+        return tf.as_dtype(attr_value(node, name).list.type[int(index)]).name
+    return tf.as_dtype(attr_value(node, attr).type).name
 
 
 def output_dtype(node, port: int = 0) -> str:
@@ -100,7 +108,7 @@ def output_dtype(node, port: int = 0) -> str:
     op_def = lookup_op_def(node.op)
     arg = op_def.output_arg[port]
     if arg.type_attr:
-        return tf.as_dtype(node.attr[arg.type_attr].type).name
+        return tf.as_dtype(attr_value(node, arg.type_attr).type).name
     return tf.as_dtype(arg.type).name
 
 

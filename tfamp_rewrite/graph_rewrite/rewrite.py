@@ -11,6 +11,7 @@ meta-optimizer does)::
     apply_paint(view, paint)              # half type attributes, shared Casts
     numerics="emulate": emulate_half(...)  # float32 kernels on values rounded to half
     report    = ReportBuilder(...).build()
+    compat="tf1.15": strip_default_attrs(...)  # what TF 1.15 can read (forward_compat.py)
 
 The input GraphDef is never modified.
 """
@@ -30,6 +31,7 @@ from .casts import AppliedPaint, apply_paint
 from .decisions import ReportBuilder
 from .eligibility import TARGETS, HalfSupport, node_eligibility
 from .emulation import EmulationReport, emulate_half
+from .forward_compat import strip_default_attrs
 from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
 from .graph_view import GraphView, parse_input
 from .op_lists import COMPATS, ListsOverride, OpLists, effective_lists, read_level
@@ -105,7 +107,8 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
       dtype: ``"float16"`` or ``"bfloat16"``.
       target: ``"gpu"`` (convert unplaced and GPU nodes) or ``"cpu"`` (CPU nodes too).
       compat: ``"latest"`` (newest TensorFlow), ``"tf2.15"`` or ``"tf1.15"`` (that
-        version's lists and algorithm).
+        version's lists and algorithm; ``"tf1.15"`` also leaves default-valued attributes
+        out, so TensorFlow 1.15 can read a graph a newer TensorFlow wrote).
       lists: an ``OpLists`` replacing the lists, or a mapping of edits such as
         ``{"deny_add": ["Tanh"], "clear_remove": ["Relu"]}`` applied after the
         environment variables.
@@ -139,6 +142,11 @@ def _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to
                           for node in output.node if node.op in excluded_ops})
     report = rewrite_in_place(output, preserved, options)
     report.functions = rewrite_library(output, options)
+    if options.compat == "tf1.15":
+        stripped = strip_default_attrs(output, op_def_lookup(output))
+        if stripped:
+            report.notes.append("%d default-valued attribute(s) left out, so that TensorFlow 1.15 "
+                                "reads the graph (it fills in defaults)" % stripped)
     return RewriteResult(output, report)
 
 

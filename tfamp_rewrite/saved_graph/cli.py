@@ -119,7 +119,9 @@ def _add_rewrite_options(parser) -> None:
                        help="device whose nodes are converted, and whose kernels are required "
                        "(default gpu)")
     group.add_argument("--compat", choices=("latest", "tf2.15", "tf1.15"), default="latest",
-                       help="whose op lists and rules: the newest TensorFlow (default), 2.15 or 1.15")
+                       help="whose op lists and rules: the newest TensorFlow (default), 2.15 or 1.15 "
+                       "(tf1.15 also leaves default-valued attributes out, so TensorFlow 1.15 reads "
+                       "graphs a newer TensorFlow wrote)")
     group.add_argument("--keep-io-types", dest="keep_io_types", action="store_true", default=True,
                        help="graph inputs/outputs and signatures keep float32, with Casts at the "
                        "boundary (default)")
@@ -235,7 +237,8 @@ def _run_convert(args) -> int:
     conversion = convert(saved, _options(args))
     report = conversion.report
     staged = stage_output(saved, conversion.graph_def, args.output,
-                          lambda meta: update_signatures(meta, conversion.graph_def))
+                          lambda meta: update_signatures(meta, conversion.graph_def),
+                          stripped_default_attrs=args.compat == "tf1.15")
     try:
         if args.validate:
             report.validation = _validate(args, conversion, staged.temporary)

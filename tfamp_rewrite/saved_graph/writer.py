@@ -93,16 +93,21 @@ class Staged:
 
 
 def stage_output(saved: SavedGraph, graph_def, output: str,
-                 edit_meta_graph: Optional[Callable[[object], None]] = None) -> Staged:
+                 edit_meta_graph: Optional[Callable[[object], None]] = None,
+                 stripped_default_attrs: bool = False) -> Staged:
     """Writes ``saved`` with its graph replaced by ``graph_def`` to a temporary path.
 
     ``edit_meta_graph(meta_graph)`` may adjust the copied MetaGraphDef (signatures) first.
+    ``stripped_default_attrs``: ``graph_def`` leaves default-valued attributes out (compat
+    tf1.15); a MetaGraph says so, as TensorFlow's own exports with ``strip_default_attrs`` do.
     """
     if saved.kind == GRAPHDEF:
         return _stage_file(output, _serialize(graph_def, output.lower().endswith(".pbtxt")))
     meta_graph = meta_graph_pb2.MetaGraphDef()
     meta_graph.CopyFrom(saved.meta_graph)
     meta_graph.graph_def.CopyFrom(graph_def)
+    if stripped_default_attrs:
+        meta_graph.meta_info_def.stripped_default_attrs = True
     _complete_op_list(meta_graph)
     if edit_meta_graph is not None:
         edit_meta_graph(meta_graph)
