@@ -4,6 +4,7 @@
 #   make test    lint + the whole test suite (what CI runs), the 2-process Horovod tests included
 #   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
 #   make test-gpu  the fused op's CUDA kernel on this machine's GPU (without one: says so, exits 0)
+#   make test-tf115  the checks against TensorFlow 1.15 itself (part of make test)
 #
 # Another TensorFlow for a compatibility run, in its own virtualenv:
 #   make test VENV=.venv-tf221 TF_PACKAGE="tensorflow-cpu==2.21.0 tf-keras"
@@ -36,7 +37,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv horovod op lint test test-gpu demo bench clean
+.PHONY: venv horovod op lint test test-tf115 test-gpu demo bench clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,8 +71,16 @@ lint: venv
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses \
 	  tfamp_rewrite tfamp_rewrite_startup.py setup.py tests examples benchmarks
 
-test: venv op lint horovod
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: venv op lint horovod test-tf115
+	$(PY) -m pytest --ignore=tests/tf115 $(PYTEST_ARGS)
+
+# TensorFlow 1.15 itself (tests/tf115): the fused op built against its headers, graphs run in
+# its runtime through its C API, our TensorFlow names looked up in its API. Its wheel
+# (110 MB) is downloaded from PyPI once and cached in ~/.cache/tfamp_rewrite/tf1.15;
+# without network access the first time, this fails and says so.
+test-tf115: venv
+	$(PY) tests/support/tf115_wheel.py
+	$(PY) -m pytest tests/tf115 $(PYTEST_ARGS)
 
 # The machine's own python3 (with numpy) and nvcc, no virtualenv: GPU machines need no
 # TensorFlow. Correctness, bandwidth against cudaMemcpy, compute-sanitizer (tests/gpu/).

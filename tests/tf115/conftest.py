@@ -4,9 +4,14 @@ process, and a closing summary of what the checks verified.
 The wheel cannot be had without network access the first time: the fixtures then fail
 (never skip), saying so.
 """
+import collections
+
 import pytest
 
-_VERIFIED = []
+# What the summary lists, in this order; verified(topic, line) adds a line under a topic.
+TOPICS = ("TensorFlow 1.15 runtime", "fused op", "graphs rewritten by the pass",
+          "graphs converted by tfamp-rewrite", "API surface")
+_VERIFIED = collections.defaultdict(list)
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +45,17 @@ def tf2():
 
 @pytest.fixture(scope="session")
 def verified():
-    """``verified(line)``: adds a line to the summary printed after the tests."""
-    return _VERIFIED.append
+    """``verified(topic, line)``: adds a line to the summary printed after the tests."""
+    def add(topic: str, line: str) -> None:
+        assert topic in TOPICS, topic
+        _VERIFIED[topic].append(line)
+
+    return add
 
 
 def pytest_terminal_summary(terminalreporter):
     if _VERIFIED:
         terminalreporter.section("verified against TensorFlow 1.15")
-        for line in _VERIFIED:
-            terminalreporter.write_line(line)
+        for topic in TOPICS:
+            for line in _VERIFIED.get(topic, ()):
+                terminalreporter.write_line("%s: %s" % (topic, line))

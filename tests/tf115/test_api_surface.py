@@ -59,7 +59,7 @@ def test_every_tensorflow_name_used_exists_in_tf115(api, uses, verified):
                 where(use), ".".join(use.chain), use.chain[result.index], result.where))
     assert missing == [], "\n".join(missing)
     names = {use.chain for use in uses}
-    verified("API surface: all %d TensorFlow names used (%d uses in %d files of tfamp_rewrite/ and "
+    verified("API surface", "all %d TensorFlow names used (%d uses in %d files of tfamp_rewrite/ and "
              "examples/) exist in TF 1.15's Python API tree" % (len(names), len(uses), len(SOURCES)))
 
 
@@ -77,7 +77,7 @@ def test_every_call_fits_tf115s_signature(api, uses, verified):
                 verdicts[0][1]))
     assert checked > 50
     assert mismatched == [], "\n".join(mismatched)
-    verified("API surface: %d calls of TF 1.15 Python functions fit their 1.15 signatures" % checked)
+    verified("API surface", "%d calls of TF 1.15 Python functions fit their 1.15 signatures" % checked)
 
 
 def test_no_proto_field_newer_than_tf115(tf115_tree, uses, verified):
@@ -95,6 +95,6 @@ def test_no_proto_field_newer_than_tf115(tf115_tree, uses, verified):
         path.relative_to(ROOT), line, name, added[name])
         for path in SOURCES for name, line in attribute_names(path).items() if name in added]
     assert found == [], "\n".join(found)
-    verified("API surface: no field or enum value of the %d proto types the sources reach is newer "
+    verified("API surface", "no field or enum value of the %d proto types the sources reach is newer "
              "than TF 1.15 (%d such names exist in TF %s)" % (len(newer.reachable(roots)), len(added),
                                                                 tf.__version__))

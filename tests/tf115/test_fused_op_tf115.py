@@ -67,7 +67,7 @@ def test_flags_are_tf115s_own(tensorflow_115, tf115_tree, libraries, verified):
     _, compile_flags, _ = fused_op_build._tensorflow_flags(tensorflow_115)
     assert "-std=c++14" in compile_flags  # g++ 12's C++17 default would not load into 1.15
     assert libraries.cpu.is_file() and libraries.directory.name.startswith("tf1.15.")
-    verified("fused op built against TF 1.15's headers, flags from 1.15's own tf.sysconfig code: "
+    verified("fused op", "built against TF 1.15's headers, flags from 1.15's own tf.sysconfig code: "
              "%s %s; in %s" % (" ".join(f for f in compile_flags if not f.startswith("-isystem")),
                                " ".join(tensorflow_115.link_flags[1:]), libraries.directory))
 
@@ -77,9 +77,9 @@ def test_cuda_objects_compile_against_tf115(libraries, verified):
     if toolchain is None:
         pytest.skip("no nvcc on this machine: the GPU library is legitimately not built")
     assert libraries.gpu_error is None and libraries.gpu is not None, libraries.gpu_error
-    verified("CUDA objects (gpu_kernel.cc, gpu_launch.cu) compiled against TF 1.15's headers with "
-             "nvcc %s for sm_%s" % (toolchain.version, ", sm_".join(
-                 map(str, cuda_toolchain.target_archs(toolchain)))))
+    archs = ", sm_".join(map(str, cuda_toolchain.target_archs(toolchain)))
+    verified("fused op", "CUDA objects (gpu_kernel.cc, gpu_launch.cu) compiled against TF 1.15's "
+             "headers with nvcc %s for sm_%s" % (toolchain.version, archs))
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -103,8 +103,8 @@ def test_every_float16_pattern_rounds_like_numpy_in_tf115(tf115_with_op, inv_sca
     assert all_finite is False
     assert_matches_oracle(unscaled, all_finite, arrays, inv_scale)
     if inv_scale == 65536.0:
-        verified("UnscaleAndCheckFinite in TF 1.15 (TF_LoadLibrary): bit-exact to numpy on random "
-                 "float32/float16 lists (inf/nan injected) and on all 65536 float16 patterns")
+        verified("fused op", "UnscaleAndCheckFinite in TF 1.15 (TF_LoadLibrary): bit-exact to numpy "
+                 "on random float32/float16 lists (inf/nan injected) and on all 65536 float16 patterns")
 
 
 def test_gpu_library_registers_both_kernels_in_tf115(tf115_tree, libraries):

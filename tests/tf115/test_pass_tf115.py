@@ -67,4 +67,5 @@ def test_rewritten_model_runs_in_tf115_as_in_tf2(name, tf115, tf2, known_attrs, 
             assert max(after) <= trained_bound(numerics), (label, "after training", after)
             line += ", after %d steps %.1e" % (TRAINING_STEPS, max(after))
         lines.append("%s (%d half nodes) %s" % (label, converted, line))
-    verified("pass, %s: runs in TF 1.15; max rel. difference to TF 2.x: %s" % (name, "; ".join(lines)))
+    verified("graphs rewritten by the pass", "%s: runs in TF 1.15; max rel. difference to TF 2.x: %s"
+             % (name, "; ".join(lines)))

@@ -27,7 +27,7 @@ def test_tf115_runtime_loads_and_runs_a_graph(tf115, tf2, verified):
     np.testing.assert_allclose(y, np.maximum(x @ w + 0.25, 0), rtol=1e-6)
     written = graph_pb2.GraphDef.FromString(tf115.export_graph_def(graph_def.SerializeToString()))
     assert 0 < written.versions.producer < graph_def.versions.producer  # 1.15's GraphDef version
-    verified("TF_Version() = %s: TensorFlow 1.15's C API (libtensorflow_framework.so.1, "
-             "_pywrap_tensorflow_internal.so) loaded through ctypes; its GraphDef producer "
-             "version %d; references from TensorFlow %s" % (version, written.versions.producer,
-                                                             tf2.version()))
+    verified("TensorFlow 1.15 runtime", "TF_Version() = %s: TensorFlow 1.15's C API "
+             "(libtensorflow_framework.so.1, _pywrap_tensorflow_internal.so) loaded through ctypes; "
+             "its GraphDef producer version %d; references from TensorFlow %s"
+             % (version, written.versions.producer, tf2.version()))

@@ -27,6 +27,7 @@ from tfamp_rewrite import rewrite_graph_def
 from tfamp_rewrite.saved_graph.cli import main
 
 CONFIG = plain_config().SerializeToString()
+HALF = 19  # DT_HALF
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,10 @@ def convert(capsys, source, output, *options) -> str:
     code = main(["convert", str(source), str(output), "--target", "cpu", "-q", *options])
     assert code == 0, capsys.readouterr()
     return str(output)
+
+
+def half_convolutions(graph_def) -> int:
+    return sum(1 for node in graph_def.node if node.op == "Conv2D" and node.attr["T"].type == HALF)
 
 
 def run_both(tf115, tf2, graph_def, feeds, fetches, restore=None):
@@ -95,12 +100,11 @@ def test_resnet50_written_by_tf2_converted_with_compat_tf115_runs_in_tf115(
         tf115.run(latest.SerializeToString(), feeds, fetches, config=CONFIG)
     converted = read(convert(capsys, resnet50["path"], tmp_path / "tf115.pb", "--compat", "tf1.15"),
                      graph_pb2.GraphDef)
-    half_convs = [n for n in converted.node if n.op == "Conv2D" and n.attr["T"].type == 19]
-    assert len(half_convs) == 53
+    assert half_convolutions(converted) == 53
     outputs = run_both(tf115, tf2, converted, feeds, fetches)
     assert np.array_equal(outputs[0][0].argmax(1), outputs[1][0].argmax(1))
-    verified("tfamp-rewrite convert --compat tf1.15 of the ResNet-50 example's frozen graph as "
-             "TF 2.x writes it (53 half Conv2D): runs in TF 1.15; max rel. difference to TF 2.x: "
+    verified("graphs converted by tfamp-rewrite", "--compat tf1.15 of the ResNet-50 example's frozen "
+             "graph as TF 2.x writes it (53 half Conv2D): runs in TF 1.15; max rel. difference to TF 2.x: "
              + compare("native half", converted, "native", outputs) + " (with the defaults, 1.15 rejects it: "
              "FusedBatchNormV3.exponential_avg_factor)")
 
@@ -115,8 +119,9 @@ def test_resnet50_written_by_tf115_converts_and_runs_in_tf115(resnet50, tf115, t
     lines = [compared("float32", tf115, tf2, source, "float32", feeds, fetches),
              compared("converted, native half", tf115, tf2, converted, "native", feeds, fetches),
              compared("emulated", tf115, tf2, emulated, "emulate", feeds, fetches)]
-    verified("ResNet-50 example's frozen graph as TF 1.15 writes it, converted with the defaults: "
-             "runs in TF 1.15; max rel. difference to TF 2.x: " + "; ".join(lines))
+    verified("graphs converted by tfamp-rewrite", "ResNet-50 example's frozen graph as TF 1.15 writes "
+             "it, converted with the defaults: runs in TF 1.15; max rel. difference to TF 2.x: "
+             + "; ".join(lines))
 
 
 # -- frozen .pb, MetaGraph, SavedModel ----------------------------------------------------
@@ -133,11 +138,12 @@ def test_frozen_graph_converts_for_tf115_from_either_writer(tf115, tf2, known_at
     lines = []
     for label, source, options in (("TF 2.x's, --compat tf1.15", tf2_written, ["--compat", "tf1.15"]),
                                    ("TF 1.15's, defaults", tf115_written, [])):
-        output = convert(capsys, source, tmp_path / ("converted%d.pb" % len(lines)), *options)
-        lines.append(compared(label, tf115, tf2, read(output, graph_pb2.GraphDef), "native", IMAGES,
-                              OUTPUTS))
-    verified("tfamp-rewrite convert, frozen .pb: runs in TF 1.15; max rel. difference to TF 2.x: "
-             + "; ".join(lines))
+        output = read(convert(capsys, source, tmp_path / ("converted%d.pb" % len(lines)), *options),
+                      graph_pb2.GraphDef)
+        assert half_convolutions(output) == 2
+        lines.append(compared(label, tf115, tf2, output, "native", IMAGES, OUTPUTS))
+    verified("graphs converted by tfamp-rewrite", "frozen .pb: runs in TF 1.15; max rel. difference "
+             "to TF 2.x: " + "; ".join(lines))
 
 
 def test_meta_graph_converts_and_restores_its_checkpoint_in_tf115(tf115, tf2, known_attrs, tmp_path,
@@ -148,10 +154,11 @@ def test_meta_graph_converts_and_restores_its_checkpoint_in_tf115(tf115, tf2, kn
     source = write(tmp_path / "tf115" / "model.meta", meta)
     converted = read(convert(capsys, source, tmp_path / "converted.meta", "--outputs", "probs,logits"),
                      meta_graph_pb2.MetaGraphDef)
+    assert half_convolutions(converted.graph_def) == 2
     restore = (meta.saver_def, str(tmp_path / "model"))
     lines = [compared("float32", tf115, tf2, meta.graph_def, "float32", IMAGES, OUTPUTS, restore),
              compared("converted", tf115, tf2, converted.graph_def, "native", IMAGES, OUTPUTS, restore)]
-    verified("tfamp-rewrite convert, MetaGraph as TF 1.15 writes it, variables restored by its "
+    verified("graphs converted by tfamp-rewrite", "MetaGraph as TF 1.15 writes it, variables restored by its "
              "Saver in TF 1.15; max rel. difference to TF 2.x: " + "; ".join(lines))
 
 
@@ -166,11 +173,12 @@ def test_saved_model_converts_and_restores_its_variables_in_tf115(tf115, tf2, kn
     write(os.path.join(source, "saved_model.pb"), saved)
     output = convert(capsys, source, tmp_path / "converted")
     (converted,) = read(os.path.join(output, "saved_model.pb"), saved_model_pb2.SavedModel).meta_graphs
+    assert half_convolutions(converted.graph_def) == 2
     signature = converted.signature_def["serving_default"]
     feeds = {signature.inputs["images"].name: IMAGES["images:0"]}
     fetches = [signature.outputs[key].name for key in ("logits", "probs")]
     restore = (converted.saver_def, os.path.join(output, "variables", "variables"))
     lines = [compared("float32", tf115, tf2, meta.graph_def, "float32", feeds, fetches, restore),
              compared("converted", tf115, tf2, converted.graph_def, "native", feeds, fetches, restore)]
-    verified("tfamp-rewrite convert, SavedModel as TF 1.15 writes it, variables restored from "
+    verified("graphs converted by tfamp-rewrite", "SavedModel as TF 1.15 writes it, variables restored from "
              "variables/ in TF 1.15; max rel. difference to TF 2.x: " + "; ".join(lines))
