@@ -13,6 +13,9 @@ older consumers.
 every function body's node, each attribute whose value equals its op's default, and
 returns how many it removed.  Ops ``lookup_op_def`` does not know are left alone.
 
+Nothing helps with ops an older TensorFlow lacks, nor with a new attribute set to another
+value (TF 2.x gives resource variables a ``debug_name``): those graphs stay unreadable.
+
 The rewrite applies it for ``compat="tf1.15"``.  A graph written by TensorFlow 1.15 itself
 needs nothing: the rewrite only changes type attributes and adds Casts whose attributes
 (SrcT, DstT, Truncate) TF 1.15 knows.
