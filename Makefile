@@ -5,6 +5,7 @@
 #   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
 #   make test-gpu  the fused op's CUDA kernel on this machine's GPU (without one: says so, exits 0)
 #   make test-tf115  the checks against TensorFlow 1.15 itself (part of make test)
+#   make test-avx2 the suite as an AVX2-only machine sees it, on any x86-64 machine
 #
 # Another TensorFlow for a compatibility run, in its own virtualenv:
 #   make test VENV=.venv-tf221 TF_PACKAGE="tensorflow-cpu==2.21.0 tf-keras"
@@ -37,7 +38,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv horovod op lint test test-tf115 test-gpu demo bench clean
+.PHONY: venv horovod op lint test test-tf115 test-avx2 test-gpu demo bench clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -81,6 +82,14 @@ test: venv op lint horovod test-tf115
 test-tf115: venv
 	$(PY) tests/support/tf115_wheel.py
 	$(PY) -m pytest tests/tf115 $(PYTEST_ARGS)
+
+# An AVX2-only CPU's view on an AVX-512 machine, as far as TensorFlow lets it be masked:
+# oneDNN off (its bfloat16 AMP pass and kernels need AVX-512; the tests that use them skip
+# and say why), oneDNN capped at AVX2 for anything still reaching it, and the fused op's
+# CPU kernel on its AVX2 path. (ONEDNN_MAX_CPU_ISA alone is not enough: TensorFlow picks
+# oneDNN's bfloat16 kernels by the real CPU, which then crash.)
+test-avx2:
+	TF_ENABLE_ONEDNN_OPTS=0 ONEDNN_MAX_CPU_ISA=AVX2 TFAMP_CPU_ISA=avx2 $(MAKE) test
 
 # The machine's own python3 (with numpy) and nvcc, no virtualenv: GPU machines need no
 # TensorFlow. Correctness, bandwidth against cudaMemcpy, compute-sanitizer (tests/gpu/).

@@ -1,17 +1,21 @@
 """Fused UnscaleAndCheckFinite vs composite TF ops vs a memcpy bound, on ResNet-50's gradients.
 
-    python benchmarks/unscale_op.py [--repeats 40] [--dtype float32|float16]
+    python benchmarks/unscale_op.py [--repeats 40] [--dtype float32|float16|bfloat16]
 
 The gradient set is ResNet-50 v1.5's trainable variables (161 tensors, 25.6 M elements).
-Fused op and composite ops run in the same Session, on the same variables, with Grappler
-off (it would fold away ``x * 1`` and prune unused ops). The bound is a 2-thread memcpy of
-buffers of the same sizes, measured in the same run. Times are medians of interleaved
-runs; the machine is shared, so read the ratios. Targets: fused >= 0.8x the memcpy
-bandwidth and >= 1.5x faster than the composite ops.
+The fused op runs once per instruction-set path of its CPU kernel this CPU has (AVX-512,
+AVX2 + F16C -- the path of AVX2-only machines --, scalar), each in its own Session over
+the same graph (a kernel picks its path when its session constructs it, capped by
+``TFAMP_CPU_ISA``); composite ops run in the same graph, with Grappler off (it would fold
+away ``x * 1`` and prune unused ops).  The bound is a 2-thread memcpy of buffers of the
+same sizes, measured in the same run.  Times are medians of interleaved runs; read the
+ratios.  Targets: fused >= 0.8x the memcpy bandwidth and >= 1.5x faster than the
+composite ops, on every path but scalar.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -22,6 +26,11 @@ import tensorflow as tf
 
 import tfamp_rewrite
 from tfamp_rewrite.fused_op import op as fused_op
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
+from cpu_features import describe_cpu  # noqa: E402
+
+ISAS = ("avx512", "avx2", "scalar")
 
 _tf = tf.compat.v1
 
@@ -70,8 +79,8 @@ def _two_thread_copy(sources, destinations):
     return run
 
 
-def _session_runs(arrays):
-    """Callables running the fused op and the composite ops on the same variables."""
+def _session_runs(arrays, isas):
+    """Callables running the fused op (one Session per CPU path) and the composite ops."""
     graph = tf.Graph()
     with graph.as_default():
         feeds = [_tf.placeholder(tf.as_dtype(a.dtype), a.shape) for a in arrays]
@@ -86,29 +95,38 @@ def _session_runs(arrays):
         init = _tf.global_variables_initializer()
     config = _tf.ConfigProto()
     config.graph_options.rewrite_options.disable_meta_optimizer = True
-    session = _tf.Session(graph=graph, config=config)
-    session.run(init, dict(zip(feeds, arrays)))
-    return session, (lambda: session.run(fused_target)), (lambda: session.run(composite_target))
+    sessions, runs = [], {}
+    for isa in isas:
+        os.environ[fused_op.CPU_ISA_ENV] = isa
+        session = _tf.Session(graph=graph, config=config)
+        session.run(init, dict(zip(feeds, arrays)))
+        session.run(fused_target)  # constructs the kernel now, on this path
+        sessions.append(session)
+        runs["fused UnscaleAndCheckFinite, " + isa] = (lambda s=session: s.run(fused_target))
+    os.environ.pop(fused_op.CPU_ISA_ENV, None)
+    runs["composite TF ops"] = lambda: sessions[0].run(composite_target)
+    return sessions, runs
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=40, help="timed runs per variant")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     args = parser.parse_args(argv)
     if not tfamp_rewrite.fused_op_available():
         print("the fused op is unavailable (see the warning above); run `make op`.")
         return 1
+    best = fused_op.cpu_kernel_isa()
+    isas = ISAS[ISAS.index(best):]
 
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(s, dtype=np.float32).astype(args.dtype)
-              for s in resnet50_v15_variable_shapes()]
+    dtype = tf.as_dtype(args.dtype).as_numpy_dtype
+    arrays = [rng.standard_normal(s, dtype=np.float32).astype(dtype) for s in resnet50_v15_variable_shapes()]
     elements = sum(a.size for a in arrays)
     nbytes = sum(a.nbytes for a in arrays)
-    session, fused, composite = _session_runs(arrays)
+    sessions, runs = _session_runs(arrays, isas)
     memcpy = _two_thread_copy(arrays, [np.empty_like(a) for a in arrays])
-    variants = (("memcpy, 2 threads (bound)", memcpy), ("fused UnscaleAndCheckFinite", fused),
-                ("composite TF ops", composite))
+    variants = (("memcpy, 2 threads (bound)", memcpy),) + tuple(runs.items())
     for _, run in variants:  # warm up: allocator pools, page faults, thread pools
         for _ in range(3):
             run()
@@ -116,20 +134,24 @@ def main(argv=None):
     for _ in range(args.repeats):  # interleaved, so load from other processes hits all alike
         for name, run in variants:
             samples[name].append(_seconds(run))
-    session.close()
+    for session in sessions:
+        session.close()
 
     t = {name: statistics.median(s) for name, s in samples.items()}
-    t_copy, t_fused, t_comp = (t[name] for name, _ in variants)
+    t_copy, t_comp = t["memcpy, 2 threads (bound)"], t["composite TF ops"]
+    print(f"CPU {describe_cpu()}; the fused op's CPU kernel would pick: {best}")
     print(f"ResNet-50 v1.5 gradients: {len(arrays)} tensors, {elements:,} elements "
           f"({args.dtype}, {nbytes / 1e6:.1f} MB), median of {args.repeats} runs")
-    print(f"{'':30} {'time':>9} {'GB/s':>8} {'vs memcpy b/w':>16} {'vs composite':>14}")
+    print(f"{'':38} {'time':>9} {'GB/s':>8} {'vs memcpy b/w':>16} {'vs composite':>14}")
     for name, _ in variants:
-        print(f"{name:30} {1e3 * t[name]:6.2f} ms {2 * nbytes / t[name] / 1e9:8.1f} "
+        print(f"{name:38} {1e3 * t[name]:6.2f} ms {2 * nbytes / t[name] / 1e9:8.1f} "
               f"{t_copy / t[name]:15.2f}x {t_comp / t[name]:13.2f}x")
-    bandwidth, speedup = t_copy / t_fused, t_comp / t_fused
-    print(f"targets: fused >= 0.8x memcpy bandwidth: {'met' if bandwidth >= 0.8 else 'MISSED'} "
-          f"({bandwidth:.2f}x); fused >= 1.5x composite: {'met' if speedup >= 1.5 else 'MISSED'} "
-          f"({speedup:.2f}x)")
+    for isa in (i for i in isas if i != "scalar"):
+        t_fused = t["fused UnscaleAndCheckFinite, " + isa]
+        bandwidth, speedup = t_copy / t_fused, t_comp / t_fused
+        print(f"targets, {isa}: fused >= 0.8x memcpy bandwidth: {'met' if bandwidth >= 0.8 else 'MISSED'} "
+              f"({bandwidth:.2f}x); fused >= 1.5x composite: {'met' if speedup >= 1.5 else 'MISSED'} "
+              f"({speedup:.2f}x)")
     return 0
 
 

@@ -8,9 +8,11 @@
 3. Writes ``loss_curves.png`` (training loss fp32 vs AMP, and the dynamic loss scale)
    and ``history.json`` to ``--out`` (default ``out/demo``).
 
-Without a GPU of compute capability >= 7.0 the rewrite targets the CPU, where
-TensorFlow's float16 kernels are much slower than its float32 ones: the AMP run takes
-longer here; on a Tensor Core GPU it is the faster one.
+Without a GPU of compute capability >= 7.0 the rewrite targets the CPU and emulates a
+Tensor Core GPU's numerics (``TFAMP_REWRITE_NUMERICS=emulate``: float32 kernels on values
+rounded to float16), so the loss curves are the ones a GPU would draw, on any CPU and at
+about float32 speed; ``TFAMP_REWRITE_NUMERICS=native`` runs TensorFlow's CPU float16
+kernels instead (much slower, and CPU-dependent).
 """
 from __future__ import annotations
 
@@ -66,15 +68,20 @@ def main(argv=None):
     args = parse_args(argv)
     progress.quiet_tensorflow()
     target = devices.session_rewrite_target()[0]
-    if target is None:  # no Tensor Core GPU: rewrite the CPU graph
+    if target is None:  # no Tensor Core GPU: rewrite the CPU graph, with a GPU's numerics
         target = "cpu"
         tfamp_rewrite.set_rewrite_target(target)
+        os.environ.setdefault(devices.NUMERICS_ENV, "emulate")
+        print("No Tensor Core GPU: the AMP run rewrites the CPU graph, numerics %s%s" % (
+            devices.session_numerics(), " (float32 kernels on values rounded to float16, as a Tensor "
+            "Core GPU computes)" if devices.session_numerics() == "emulate" else " (CPU float16 kernels)"))
     common = ["--steps", str(args.steps), "--log-every", str(max(1, args.steps // 3)), "--seed", str(SEED)]
     fp32, _, _ = train_once("float32", common)
     amp, amp_graph, _ = train_once("AMP", common + ["--amp"])
 
     # The call the AMP session made on its first run: the whole graph, this target.
-    report = tfamp_rewrite.rewrite_graph_def(amp_graph.as_graph_def(), target=target).report
+    report = tfamp_rewrite.rewrite_graph_def(amp_graph.as_graph_def(), target=target,
+                                             numerics=devices.session_numerics()).report
     print("\n== The rewrite the AMP session ran on the training graph")
     print(report.summary(max_op_rows=10))
     print("\n== float32 vs AMP, same seed, same batches")

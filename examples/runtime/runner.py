@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from runtime import executed_graph, flags, switches
 from runtime.progress import ProgressPrinter, ThroughputMeter, quiet_tensorflow
+from tfamp_rewrite.training import devices
 
 tf1 = tf.compat.v1
 
@@ -72,7 +73,9 @@ def run(task: Task, args) -> dict:
 def _header(printer, task, args, steps, training, notes):
     precision = "float32"
     if args.use_tf_amp:
-        precision = "AMP (float16 rewrite%s)" % (", dynamic loss scaling" if training else "")
+        emulated = devices.session_numerics() == "emulate"
+        precision = "AMP (float16 rewrite%s%s)" % (", Tensor Core numerics emulated" if emulated else "",
+                                                 ", dynamic loss scaling" if training else "")
     printer.print("%s %s: batch size %d, %d steps (%d warm-up), %s, XLA %s, data: %s" % (
         task.name, args.mode, args.batch_size, steps, min(args.warmup_steps, steps), precision,
         "on" if args.use_xla else "off", task.describe_data(training)))
@@ -242,7 +245,8 @@ def _result(task, args, steps, meter, elapsed, stats, rewrite) -> dict:
                        "p99": meter.latency_ms(0.99)},
         "rewrite": None if rewrite is None else {
             "nodes_total": rewrite.nodes_total, "nodes_converted": rewrite.nodes_converted,
-            "casts_added": rewrite.casts_added, "dtype": rewrite.dtype, "target": rewrite.target},
+            "casts_added": rewrite.casts_added, "dtype": rewrite.dtype, "target": rewrite.target,
+            "numerics": rewrite.numerics},
         "executed_graph": None if stats is None else stats.to_dict(),
     }
 

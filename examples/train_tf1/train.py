@@ -116,8 +116,10 @@ def main(argv=None):
         for step in range(1, args.steps + 1):
             batch = rng.integers(0, len(train_y), args.batch_size)
             fetches = [train_op, loss] + loss_scales
+            step_start = time.perf_counter()
             _, loss_value, *scale = session.run(fetches, {images: train_x[batch], labels: train_y[batch]})
             history.append({"step": step, "loss": float(loss_value),
+                            "seconds": time.perf_counter() - step_start,
                             "loss_scale": float(scale[0]) if scale else None})
             if step % args.log_every == 0 or step == args.steps:
                 rate = step / (time.time() - start)

@@ -15,11 +15,14 @@ from example_runs import EXAMPLES
 def test_demo_prints_both_runs_and_writes_the_plot(tmp_path):
     command = [sys.executable, os.path.join(EXAMPLES, "demo.py"), "--steps", "12", "--out", str(tmp_path)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TFAMP_REWRITE_TARGET", None)  # the demo picks the CPU itself when there is no GPU
+    env.pop("TFAMP_REWRITE_TARGET", None)  # the demo picks the CPU itself when there is no GPU,
+    env.pop("TFAMP_REWRITE_NUMERICS", None)  # and emulates a Tensor Core GPU's numerics there
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     out = completed.stdout
     assert "tfamp_rewrite pass summary (float16, target=cpu" in out
+    assert "numerics emulate (float32 kernels on values rounded to float16" in out
+    assert "numerics: emulated --" in out
     table = out[out.index("fp32 loss"):].splitlines()
     first_step = table[1].split()  # step, fp32 loss, AMP loss, loss scale
     assert first_step[0] == "1" and abs(float(first_step[1]) - float(first_step[2])) < 0.01

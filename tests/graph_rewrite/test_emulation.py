@@ -6,6 +6,9 @@ accumulation is float32 as on a GPU (where a CPU's half kernels differ); and the
 are bit for bit those of TensorFlow's own fp16 emulation (``auto_mixed_precision_cpu``
 with ``TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16=1``) where that mode runs.
 """
+from functools import partial
+
+import grappler_case_graphs as case_graphs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -142,6 +145,23 @@ def test_emulation_where_tensorflows_own_fails(model):
     got = run_graph(ours.graph_def, "output:0", feeds, "init")
     assert not np.array_equal(got, want)               # rounding to half happened
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("build", [partial(case_graphs.simple, case_graphs.CPU0), case_graphs.mixed_fanout],
+                         ids=["cpu_simple", "cpu_mixed_fanout"])
+def test_grapplers_cpu_emulation_tests(build):
+    """AutoMixedPrecisionCpuTest's graphs: every allow op stays float32 (between Casts), and
+    the outputs are TensorFlow's emulation's, to the bit."""
+    graph = build()
+    theirs = run_grappler_amp(graph.graph_def, graph.fetches, **TF_EMULATION).graph_def
+    ours = rewrite_graph_def(graph.graph_def, fetches=graph.fetches, target="cpu", numerics="emulate",
+                             compat=oracle_compat(), lists=oracle_lists())
+    allow = [node for node in ours.graph_def.node if node.op == "MatMul"]
+    assert allow and all(node.attr["T"].type == tf.float32.as_datatype_enum for node in allow)
+    fetches = [name + ":0" for name in graph.fetches]
+    for name, want, got in zip(fetches, run_graph(theirs, fetches, graph.feed_values),
+                               run_graph(ours.graph_def, fetches, graph.feed_values)):
+        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def test_rewriting_an_emulated_graph_changes_nothing():

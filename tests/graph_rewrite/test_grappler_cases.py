@@ -6,7 +6,8 @@ file's tests under the default compat.  Each case is checked three ways:
 * ``test_expectations``: the C++ test's own assertions (nodes added, the dtype of every
   named type attribute, op changes, untouched graphs) on our rewrite;
 * ``test_outputs_close``: the rewritten graph runs and its fetches match the original's
-  within the C++ test's tolerance (fp16/bf16 kernels run on the CPU here);
+  within the C++ test's tolerance, emulated as the GPU the test was written for computes
+  them (this CPU's own fp16/bf16 kernels run too);
 * ``test_matches_tensorflow``: TensorFlow's own CPU pass, with its lists and rules, gives
   the same dtype on every float attribute and every Cast we add; where TensorFlow 2.15.1
   itself disagrees with the C++ expectation, the case names the nodes and the reason.
@@ -20,9 +21,10 @@ Known divergences, named where they apply:
   (d) TensorFlow's CPU mode processes nodes placed on the CPU.
 
 AutoMixedPrecisionCpuTest checks TensorFlow's fp16 *emulation* on CPUs (allow ops stay
-float32 between Casts); this rewrite never emulates, so its two graphs are checked with
-real conversion (``cpu_*``).  TensorFlow 2.15.1's CPU pass applies (b) only for bfloat16;
-``oracle_compat()`` gives our side the same rules.
+float32 between Casts); its two graphs are checked here with real conversion (``cpu_*``)
+and, in test_emulation.py, our ``numerics="emulate"`` against TensorFlow's emulation.
+TensorFlow 2.15.1's CPU pass applies (b) only for bfloat16; ``oracle_compat()`` gives our
+side the same rules.
 """
 from __future__ import annotations
 
@@ -125,8 +127,9 @@ NEWEST_ONLY = [
                  low="allow1 allow2 infer1 tl2 tl2w1 tl2r1", float32="tl1 tl1w1 tl1r1"),
 ] + UNARY + [
     # AutoMixedPrecisionCpuTest: TensorFlow emulates fp16 on the CPU (allow1 stays float32
-    # between Cast(h->f) and Cast(f->h), +9 / +10 Casts); we never emulate, so these are the
-    # same graphs with real conversion: the Casts sit where the half region starts / ends.
+    # between Cast(h->f) and Cast(f->h), +9 / +10 Casts); here the same graphs with real
+    # conversion: the Casts sit where the half region starts / ends.  test_emulation.py
+    # holds our numerics="emulate" against TensorFlow's emulation on both.
     GrapplerCase("cpu_simple", partial(graphs.simple, graphs.CPU0), added=2, target="cpu",
                  tolerance=(F32_EPS, 5e-4), low="clr2 allow1 clr3", float32=SIMPLE_FLOAT32,
                  cast_edges={("infer1", "clr2"): "float32->float16", ("clr2", "allow1"): None,
@@ -178,7 +181,7 @@ def test_expectations(case: GrapplerCase):
                          ids=lambda case: case.id)
 def test_outputs_close(case: GrapplerCase):
     """The rewritten graph runs and computes what the original does, as in the C++ test."""
-    assert_outputs_close(case, rewrite(case))
+    assert_outputs_close(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)

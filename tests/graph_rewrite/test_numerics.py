@@ -1,4 +1,9 @@
-"""The rewritten graphs really compute in half precision, and still compute the same thing."""
+"""The rewritten graphs really compute in half precision, and still compute the same thing.
+
+Overflow probes run this CPU's real half kernels (what they test is that half runs);
+accuracy against float32 is measured emulated (``numerics="emulate"``), as a Tensor Core
+GPU computes -- a CPU's half kernels would make the numbers depend on the CPU.
+"""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -36,12 +41,14 @@ def test_gpu_target_leaves_cpu_placed_nodes_in_float32():
     assert np.isfinite(run_graph(result.graph_def, "out:0")).all()
 
 
-@pytest.mark.parametrize("dtype,tolerance", [("float16", 2e-2), ("bfloat16", 1e-1)])
-def test_conv_net_matches_float32_within_half_tolerance(dtype, tolerance):
+@pytest.mark.parametrize("dtype,tolerance,trained_tolerance", [
+    ("float16", 5e-3, 0.1), ("bfloat16", 4e-2, 0.2),
+])
+def test_conv_net_matches_float32_within_half_tolerance(dtype, tolerance, trained_tolerance):
     """Forward pass and a few training steps of the rewritten conv net track the fp32 graph."""
     model = conv_net()
     rewritten = rewrite_graph_def(model.graph_def, fetches=model.fetches, feeds=model.feeds,
-                                  target="cpu", dtype=dtype).graph_def
+                                  target="cpu", dtype=dtype, numerics="emulate").graph_def
     feeds = model.feed_values(np.random.default_rng(0))
     fetches = ["output:0", "loss:0"]
     reference = run_graph(model.graph_def, fetches, feeds, init="init")
@@ -52,15 +59,30 @@ def test_conv_net_matches_float32_within_half_tolerance(dtype, tolerance):
     trained_reference = run_graph(model.graph_def, "loss:0", feeds, "init", "train_op", steps=5)
     trained_mixed = run_graph(rewritten, "loss:0", feeds, "init", "train_op", steps=5)
     assert trained_mixed < reference[1]  # training still makes progress
-    assert trained_mixed == pytest.approx(trained_reference, rel=5 * tolerance)
+    # five Momentum steps on one batch drive the loss from ~2.6 to ~0.02: the relative gap there
+    # is the trajectories' drift (3% in float16, 2% in bfloat16), not one step's error
+    assert trained_mixed == pytest.approx(trained_reference, rel=trained_tolerance)
 
 
 def test_transformer_block_matches_float32():
     model = transformer_block()
     rewritten = rewrite_graph_def(model.graph_def, fetches=model.fetches, feeds=model.feeds,
-                                  target="cpu").graph_def
+                                  target="cpu", numerics="emulate").graph_def
     feeds = model.feed_values(np.random.default_rng(1))
     reference = run_graph(model.graph_def, "output:0", feeds, init="init")
     mixed = run_graph(rewritten, "output:0", feeds, init="init")
     assert mixed.dtype == np.float32  # fetches keep their dtype
-    np.testing.assert_allclose(mixed, reference, atol=3e-2, rtol=3e-2)
+    np.testing.assert_allclose(mixed, reference, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_kernels_of_this_cpu_run_the_rewritten_models(dtype):
+    """Native numerics: the rewritten graphs run on this CPU's half kernels (values vary by CPU)."""
+    for model in (conv_net(), transformer_block()):
+        rewritten = rewrite_graph_def(model.graph_def, fetches=model.fetches, feeds=model.feeds,
+                                      target="cpu", dtype=dtype).graph_def
+        feeds = model.feed_values(np.random.default_rng(0))
+        reference = run_graph(model.graph_def, "output:0", feeds, init="init")
+        mixed = run_graph(rewritten, "output:0", feeds, init="init")
+        assert mixed.dtype == reference.dtype and mixed.shape == reference.shape
+        assert np.isfinite(mixed).all()

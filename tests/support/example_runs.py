@@ -70,18 +70,23 @@ def summary_tags(results_dir) -> set:
 
 
 def fp32_and_amp_fixture(name: str, args):
-    """A module-scoped fixture: ``{"fp32": results, "amp": results}`` of ``examples/<name>``.
+    """A module-scoped fixture: ``{"fp32", "amp", "amp_emulated": results}`` of ``examples/<name>``.
 
-    Both run in this process with the same flags and seed; AMP adds ``--use_tf_amp`` with
-    the rewrite on the CPU.  Each result also has ``"dir"``, its ``--results_dir``.
+    All run in this process with the same flags and seed; AMP adds ``--use_tf_amp`` with
+    the rewrite on the CPU, on this CPU's half kernels (``amp``) or emulating a Tensor Core
+    GPU's numerics (``amp_emulated``, ``TFAMP_REWRITE_NUMERICS=emulate``).  Each result
+    also has ``"dir"``, its ``--results_dir``.
     """
     @pytest.fixture(scope="module")
     def runs(tmp_path_factory):
         main = example_main(name)
         results = {}
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-            for precision, extra in (("fp32", []), ("amp", ["--use_tf_amp"])):
+        variants = (("fp32", [], "native"), ("amp", ["--use_tf_amp"], "native"),
+                    ("amp_emulated", ["--use_tf_amp"], "emulate"))
+        for precision, extra, numerics in variants:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+                patch.setenv("TFAMP_REWRITE_NUMERICS", numerics)
                 results_dir = tmp_path_factory.mktemp(name + "_" + precision)
                 results[precision] = main(list(args) + extra + ["--results_dir", str(results_dir)])
                 results[precision]["dir"] = results_dir
@@ -97,9 +102,19 @@ def assert_only_amp_ran_half_kernels(runs: dict) -> None:
     assert fp32["half_compute_nodes"] == 0 and fp32["float_compute_nodes"] > 0, fp32
 
 
+def assert_emulated_amp_ran_float32_kernels(runs: dict) -> None:
+    """Emulated AMP: the same rewrite, but the executor ran float32 conv/matmul kernels only."""
+    emulated, native = runs["amp_emulated"], runs["amp"]
+    assert emulated["rewrite"]["numerics"] == "emulate" and native["rewrite"]["numerics"] == "native"
+    assert emulated["rewrite"]["nodes_converted"] == native["rewrite"]["nodes_converted"] > 0
+    graph = emulated["executed_graph"]
+    assert graph["half_compute_nodes"] == 0 and graph["float_compute_nodes"] > 0, graph
+
+
 def assert_amp_loss_tracks_fp32(runs: dict, rel: float) -> None:
-    """Both runs learn, and at every step the AMP loss is within ``rel`` of the fp32 loss."""
-    fp32, amp = runs["fp32"]["history"], runs["amp"]["history"]
+    """Both runs learn, and at every step the AMP loss -- emulated, as a Tensor Core GPU
+    computes it, so that the CPU does not decide -- is within ``rel`` of the fp32 loss."""
+    fp32, amp = runs["fp32"]["history"], runs["amp_emulated"]["history"]
     assert len(fp32) == len(amp) > 1
     assert fp32[-1]["loss"] < fp32[0]["loss"] and amp[-1]["loss"] < amp[0]["loss"]
     for first, second in zip(fp32, amp):

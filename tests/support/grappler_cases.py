@@ -123,10 +123,10 @@ def graph_of(build: Callable[[], CaseGraph]) -> CaseGraph:
     return build()
 
 
-def rewrite(case: GrapplerCase):
+def rewrite(case: GrapplerCase, numerics: str = "native"):
     graph = graph_of(case.build)
     return rewrite_graph_def(graph.graph_def, fetches=graph.fetches, dtype=case.dtype,
-                             target=case.target, compat=case.compat)
+                             target=case.target, compat=case.compat, numerics=numerics)
 
 
 def dtypes_at(graph_def, keys) -> Dict[str, str]:
@@ -166,15 +166,19 @@ def assert_expectations(case: GrapplerCase, result) -> None:
     assert edges == dict(case.cast_edges)
 
 
-def assert_outputs_close(case: GrapplerCase, result) -> None:
-    """The fetches of the rewritten graph match the original's within the C++ tolerance."""
+def assert_outputs_close(case: GrapplerCase) -> None:
+    """The fetches of the rewritten graph match the original's within the C++ tolerance,
+    computed as a GPU computes them (emulated: the C++ tests ran on GPUs); the graph with
+    this CPU's own half kernels runs too (its values depend on the CPU)."""
     graph = graph_of(case.build)
     fetches = tensor_names(graph.fetches)
     expected = run_graph(graph.graph_def, fetches, graph.feed_values)
-    actual = run_graph(result.graph_def, fetches, graph.feed_values)
+    emulated = run_graph(rewrite(case, "emulate").graph_def, fetches, graph.feed_values)
+    native = run_graph(rewrite(case).graph_def, fetches, graph.feed_values)
     atol, rtol = case.tolerance
-    for name, want, got in zip(graph.fetches, expected, actual):
-        assert got.dtype == want.dtype, name
+    for name, want, got, ran in zip(graph.fetches, expected, emulated, native):
+        assert got.dtype == want.dtype and ran.dtype == want.dtype, name
+        assert ran.shape == want.shape, name
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                    atol=atol, rtol=rtol, err_msg=name)
 

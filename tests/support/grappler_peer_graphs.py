@@ -13,6 +13,7 @@ names its expectations use (``Conv2D_1``, ``while/MatMul``...) are the names her
 from __future__ import annotations
 
 import contextlib
+import random
 from dataclasses import dataclass
 from typing import Callable, Sequence, Tuple
 
@@ -57,6 +58,7 @@ def _build(body: Callable[[], Sequence[object]], seed: int = 0) -> PeerGraph:
     graph = tf.Graph()
     with graph.as_default():
         tf1.set_random_seed(seed)
+        random.seed(seed)  # Keras-backed tf1.layers draw their initializers' seeds from it
         outputs = body()
         tf1.global_variables_initializer()   # named "init"
     fetches = tuple(t.name for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor))

@@ -103,6 +103,14 @@ class RuntimeProcess:
         """1.15: ``TF_LoadLibrary(path)``; returns the library's serialized OpList."""
         return self._call("load_library", str(path))
 
+    def library_string(self, path, symbol: str) -> str:
+        """1.15: what ``const char* symbol(void)`` of the loaded library ``path`` returns."""
+        return self._call("library_string", str(path), symbol)
+
+    def set_environment(self, name: str, value) -> None:
+        """1.15: sets (None: unsets) an environment variable of the runtime's process."""
+        self._call("set_environment", name, value)
+
     def registered_kernels(self, op_type: str) -> bytes:
         """1.15: the serialized KernelList registered for ``op_type``."""
         return self._call("registered_kernels", op_type)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 METHODS = ("version", "build_facts", "all_op_list", "export_graph_def", "load_library",
-           "registered_kernels", "run", "run_steps")
+           "library_string", "set_environment", "registered_kernels", "run", "run_steps")
 
 
 def _runtime(argv):

@@ -153,6 +153,20 @@ class Tf115Runtime:
         ops = self.lib.TF_GetOpList(handle)
         return ctypes.string_at(ops.data, ops.length)
 
+    def library_string(self, path: str, symbol: str) -> str:
+        """What ``const char* symbol(void)`` of the (loaded) library ``path`` returns."""
+        function = getattr(ctypes.CDLL(str(path)), symbol)
+        function.restype, function.argtypes = ctypes.c_char_p, []
+        return function().decode()
+
+    @staticmethod
+    def set_environment(name: str, value) -> None:
+        """Sets (or, for None, unsets) an environment variable of this process."""
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
     def registered_kernels(self, op_type: str) -> bytes:
         """The serialized KernelList of ``op_type`` (loaded libraries' kernels included)."""
         with _Status(self.lib) as status:

@@ -43,6 +43,34 @@ def test_half_kernels_run_inside_the_session(cpu_target):
         assert np.isfinite(plain.run("relu:0", FEED)).all()
 
 
+def test_emulated_numerics_from_the_environment(cpu_target, monkeypatch):
+    """TFAMP_REWRITE_NUMERICS=emulate: float32 kernels, yet fp16's overflow and rounding show,
+    in fetched outputs of emulated nodes too, and in nodes the user adds later."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph = probe_graph()
+    with graph.as_default():
+        third = tf.constant(np.full([1, 4], 1.0 / 3, np.float32), name="third")
+        thirds = tf.matmul(third, tf.constant(np.eye(4, 1, dtype=np.float32)), name="thirds")
+    with Session(graph=graph) as session:
+        relu, mm, value = session.run(["relu:0", "mm:0", thirds], FEED)
+        (report,) = session.rewrite_reports
+        with graph.as_default():
+            doubled = tf.matmul(thirds, tf.constant([[2.0]]), name="doubled")
+        later = session.run(doubled, FEED)
+    assert np.isinf(relu).all() and np.isinf(mm).all()   # the MatMul's own output, rounded to half
+    assert value[0, 0] == np.float32(np.float16(1.0 / 3)) != np.float32(1.0 / 3)
+    assert later[0, 0] == np.float32(np.float16(2 * np.float16(1.0 / 3)))
+    assert report.numerics == "emulate" and report.emulation.nodes == report.nodes_converted
+    assert not [op for op in session._shadow.graph.get_operations()
+                if op.type == "MatMul" and op.get_attr("T") != tf.float32]
+
+
+def test_bad_numerics_setting_names_the_choices(cpu_target, monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "fast")
+    with pytest.raises(ValueError, match="TFAMP_REWRITE_NUMERICS='fast'.*native.*emulate"):
+        Session(graph=probe_graph())
+
+
 def test_user_graph_is_never_changed(cpu_target):
     graph = probe_graph()
     before = graph.as_graph_def().SerializeToString(deterministic=True)

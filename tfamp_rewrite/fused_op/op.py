@@ -15,14 +15,18 @@ Two implementations with identical results:
   the library cannot be built or loaded, or ``TFAMP_DISABLE_FUSED_OP=1``.
 
 The library is loaded (and built, on first use, if no cached build exists) once per
-process; which implementation is used is logged once.
+process; which implementation is used is logged once.  Its CPU kernel picks its
+instruction set at run time (AVX-512, AVX2 + F16C, or a portable loop; ``TFAMP_CPU_ISA``
+caps it): ``cpu_kernel_isa()`` says which.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import logging
 import os
+from typing import Optional
 
 import tensorflow as tf
 
@@ -31,6 +35,7 @@ _log = logging.getLogger(__name__)
 
 OP_TYPE = "UnscaleAndCheckFinite"
 DISABLE_ENV = "TFAMP_DISABLE_FUSED_OP"
+CPU_ISA_ENV = "TFAMP_CPU_ISA"
 _GRAD_DTYPES = (tf.float16, tf.float32, tf.bfloat16)
 
 
@@ -40,12 +45,15 @@ class _OpLoader:
     def __init__(self):
         self._resolved = False
         self._module = None
+        self.path = None  # the loaded library
 
     def module(self):
         """The op's Python module from ``tf.load_op_library``, or None (use the composite)."""
         if not self._resolved:
             self._resolved = True
             self._module, reason = self._load()
+            if self._module is not None:
+                self.path = reason
             if self._module is None:
                 _log.warning("tfamp_rewrite: unscale_and_check_finite uses composite TF ops; "
                              "the fused %s op is unavailable: %s", OP_TYPE, reason)
@@ -86,6 +94,20 @@ _LOADER = _OpLoader()
 def fused_op_available() -> bool:
     """True iff the compiled ``UnscaleAndCheckFinite`` op is used (building it if needed)."""
     return _LOADER.module() is not None
+
+
+def cpu_kernel_isa() -> Optional[str]:
+    """The instruction set a CPU kernel of the op built now runs: ``"avx512"``, ``"avx2"``
+    or ``"scalar"`` (this CPU's best, capped by ``$TFAMP_CPU_ISA``); None without the op.
+
+    Kernels read it when TensorFlow constructs them (per session, or per eager op the
+    first time it runs), so a new cap applies to sessions created afterwards.
+    """
+    if _LOADER.module() is None:
+        return None
+    query = ctypes.CDLL(_LOADER.path).TfampUnscaleCpuIsa  # the library TensorFlow loaded
+    query.restype = ctypes.c_char_p
+    return query().decode()
 
 
 def _dense_values(grad):
