@@ -77,8 +77,9 @@ test: venv op lint horovod test-tf115
 
 # TensorFlow 1.15 itself (tests/tf115): the fused op built against its headers, graphs run in
 # its runtime through its C API, our TensorFlow names looked up in its API. Its wheel
-# (110 MB) is downloaded from PyPI once and cached in ~/.cache/tfamp_rewrite/tf1.15;
-# without network access the first time, this fails and says so.
+# (tensorflow==1.15.5, 106 MB; TFAMP_TF115_REQUIREMENT picks another) is downloaded from PyPI
+# once and cached in ~/.cache/tfamp_rewrite/tf1.15; without network access the first time,
+# this fails and says so.
 test-tf115: venv
 	$(PY) tests/support/tf115_wheel.py
 	$(PY) -m pytest tests/tf115 $(PYTEST_ARGS)

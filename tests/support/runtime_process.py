@@ -5,7 +5,7 @@ into it, and its 2.x uses oneDNN kernels 1.15 lacks. Graphs are made here and ru
 ``runtime_server.py`` children, each answering the same calls::
 
     with tf115_process(tree) as tf115, tf2_process() as tf2:
-        tf115.version()                                      # '1.15.0'
+        tf115.version()                                      # '1.15.5'
         tf115.run(graph_def_bytes, {"x:0": array}, ["y:0"], config=config_bytes)
         tf2.run(graph_def_bytes, {"x:0": array}, ["y:0"], config=config_bytes)
 

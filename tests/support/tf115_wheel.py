@@ -25,7 +25,9 @@ import time
 import zipfile
 from pathlib import Path
 
-TF115_REQUIREMENT = os.environ.get("TFAMP_TF115_REQUIREMENT", "tensorflow-cpu==1.15.0")
+# The newest 1.15, which NVIDIA's 1.15.5+nv builds on (PyPI serves tensorflow-cpu only up to
+# 1.15.0; tensorflow 1.15.5's manylinux2010 wheel is a CPU build as well).
+TF115_REQUIREMENT = os.environ.get("TFAMP_TF115_REQUIREMENT", "tensorflow==1.15.5")
 CACHE_ENV = "TFAMP_TF115_CACHE"
 # The wheel's platform tags: TensorFlow 1.15 was built for CPython 3.7 (manylinux2010).
 PIP_PLATFORM_ARGS = ("--no-deps", "--only-binary=:all:", "--python-version", "3.7",
@@ -96,8 +98,17 @@ def _wanted(member: str) -> str:
     return ""  # the other extension modules (contrib, lite, ...): not needed
 
 
+def _wheel_prefix(requirement: str) -> str:
+    """``tensorflow-cpu==1.15.0`` -> ``tensorflow_cpu-1.15.0-``, how its wheel's name starts."""
+    name, separator, version = requirement.partition("==")
+    if not separator or not name or not version:
+        raise Tf115Unavailable("TFAMP_TF115_REQUIREMENT=%r names no exact version; use e.g. "
+                               "tensorflow==1.15.5" % requirement)
+    return "%s-%s-" % (name.strip().replace("-", "_"), version.strip())
+
+
 def _download(directory: Path) -> Path:
-    wheels = sorted(directory.glob("*.whl"))
+    wheels = sorted(directory.glob(_wheel_prefix(TF115_REQUIREMENT) + "*.whl"))
     if wheels:
         return wheels[0]
     directory.mkdir(parents=True, exist_ok=True)
