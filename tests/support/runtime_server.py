@@ -36,7 +36,7 @@ def main(argv) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     runtime = _runtime(argv)
-    error_type = runtime.error_type
+    refused = runtime.errors + (AttributeError,)
     while True:
         try:
             method, args, kwargs = pickle.load(requests)
@@ -46,7 +46,7 @@ def main(argv) -> int:
             if method not in METHODS or not hasattr(runtime, method):
                 raise AttributeError("runtime_server: %s has no request %r" % (argv[1], method))
             answer = ("ok", getattr(runtime, method)(*args, **kwargs))
-        except (error_type, AttributeError) as error:
+        except refused as error:
             answer = ("error", str(error))
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()

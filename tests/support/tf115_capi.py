@@ -97,7 +97,7 @@ def build_shim(directory: Path) -> Path:
 class Tf115Runtime:
     """TensorFlow 1.15 loaded from ``core`` (an unpacked ``tensorflow_core/``)."""
 
-    error_type = Tf115Error
+    errors = (Tf115Error,)  # what a refused call raises
 
     def __init__(self, core: Path, shim: Path):
         global_mode = ctypes.RTLD_GLOBAL

@@ -20,7 +20,7 @@ tf1 = tf.compat.v1
 class Tf2Runtime:
     """This process's TensorFlow, through ``tf.compat.v1.Session``."""
 
-    error_type = (tf.errors.OpError, ValueError)
+    errors = (tf.errors.OpError, ValueError)  # what a refused call raises
 
     def version(self) -> str:
         return tf.__version__
