@@ -2,6 +2,7 @@
 
 * ``lookup_op_def(op)``: the registered OpDef of an op type (ops loaded with
   ``tf.load_op_library`` included), or None.
+* ``registered_op_names()``: every registered op type.
 * ``KernelIndex``: which kernels are registered for an op and device type, so the
   rewrite can ask "does this node have a float16 kernel on the target device?" the way
   Grappler's ``IsKernelRegisteredForNode`` does.
@@ -24,6 +25,23 @@ def lookup_op_def(op_type: str):
     if get is not None:  # TF >= 2.2 reads the C++ registry directly
         return get(op_type)
     return op_def_registry.get_registered_ops().get(op_type)  # TF 1.15
+
+
+def registered_op_names() -> FrozenSet[str]:
+    """The op types TensorFlow registers now (ops of loaded libraries included)."""
+    get_registered_ops = getattr(op_def_registry, "get_registered_ops", None)
+    if get_registered_ops is not None:  # TF 1.15
+        return frozenset(get_registered_ops())
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session  # TF >= 2.2
+
+    buffer = pywrap_tf_session.TF_GetAllOpList()
+    try:
+        op_list = op_def_pb2.OpList()
+        op_list.ParseFromString(pywrap_tf_session.TF_GetBuffer(buffer))
+    finally:
+        pywrap_tf_session.TF_DeleteBuffer(buffer)
+    return frozenset(op.name for op in op_list.op)
 
 
 # One registered kernel: its device type, attr constraints and label.

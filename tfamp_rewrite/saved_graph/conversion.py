@@ -2,6 +2,7 @@
 
 ``convert(saved, options) -> Conversion`` works in memory (nothing is written)::
 
+    refuse an invalid graph                  # input_check: OpDefs, TensorFlow's importer, variables
     refuse a graph that is already converted (unless options.force)
     io       = resolve_io(saved, ...)        # inputs, outputs, signature, Saver/init nodes
     excluded = nodes matching --nodes-to-exclude
@@ -34,6 +35,7 @@ from ..graph_rewrite.tensor_cores import diagnose
 from .constants import ConstantRange, exclusions_for_out_of_range, fold_constants
 from .formats import SavedGraph
 from .graph_io import GraphIO, GraphTensor, record_converted_dtypes, release_inputs, resolve_io
+from .input_check import check_input
 
 _MAX_ROUNDS = 8
 _HALF_ENUMS = frozenset({19, 14})
@@ -115,10 +117,11 @@ class Conversion:
 def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
     """Converts ``saved.graph_def`` in memory (see module docstring)."""
     start = time.perf_counter()
+    warnings = check_input(saved, options.op_types_to_exclude)
     if not options.force:
         refuse_converted(saved, options.dtype)
     io = resolve_io(saved, options.inputs, options.outputs, options.signature)
-    warnings = _unused_options(saved.graph_def, options)
+    warnings += _unused_options(saved.graph_def, options)
     excluded = matching_nodes(saved.graph_def, options.nodes_to_exclude)
     result, out_of_range, kept_constants = _rewrite(saved, io, options, excluded)
     graph_def = result.graph_def

@@ -1,0 +1,93 @@
+"""Will a SavedModel's variables restore?  Checked without running any of its graph.
+
+Conversion copies ``variables/`` unchanged, so a SavedModel whose variables cannot be
+restored would be converted into one that does not load either.  ``check_variables(saved)``
+reads the checkpoint the way restoring does and compares it with what the graph restores::
+
+    for every RestoreV2 node: its tensor_names / shape_and_slices Consts and dtypes attr
+        the checkpoint (variables/variables.index and its data shards) opens
+        every name is in it, with the dtype the node restores
+        every whole tensor reads back (sizes and checksums are verified on read)
+
+Problems are one ``ConversionError`` line naming the variable.  Frozen graphs and
+MetaGraphs have no checkpoint to check here.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Tuple
+
+from ..dtypes import dtype_name
+from ..errors import ConversionError
+from ..graph_rewrite.graph_view import parse_input
+from .formats import SAVEDMODEL
+
+_RESTORE_OPS = frozenset({"RestoreV2"})
+_FIX = "Re-export the SavedModel; its variables/ directory does not belong to its graph or is damaged"
+
+
+def check_variables(saved) -> None:
+    """Raises ConversionError if the SavedModel ``saved`` (a formats.SavedGraph) cannot restore."""
+    if saved.kind != SAVEDMODEL:
+        return
+    wanted = restored_tensors(saved.graph_def)
+    if not wanted:
+        return
+    prefix = os.path.join(saved.path, "variables", "variables")
+    reader = _open(saved.path, prefix)
+    stored = reader.get_variable_to_dtype_map()
+    for name, (dtype, whole) in sorted(wanted.items()):
+        if name not in stored:
+            raise ConversionError("SavedModel %s restores variable %r, which its variables/ checkpoint does "
+                                  "not hold" % (saved.path, name), _FIX)
+        held = stored[name].as_datatype_enum
+        if held != dtype:
+            raise ConversionError("SavedModel %s restores variable %r as %s, but its variables/ checkpoint "
+                                  "holds %s" % (saved.path, name, dtype_name(dtype), dtype_name(held)), _FIX)
+        if whole:
+            try:
+                reader.get_tensor(name)
+            except Exception as error:  # the reader raises what the C++ bundle reader reports
+                raise ConversionError("SavedModel %s: variable %r does not read back from variables/ (%s)" % (
+                    saved.path, name, _first_line(error)), _FIX) from None
+
+
+def restored_tensors(graph_def) -> Dict[str, Tuple[int, bool]]:
+    """Checkpoint key -> (dtype restored, whole tensor) for every RestoreV2 node of the graph."""
+    consts = {node.name: node for node in graph_def.node if node.op == "Const"}
+    wanted: Dict[str, Tuple[int, bool]] = {}
+    for node in graph_def.node:
+        if node.op not in _RESTORE_OPS or len(node.input) < 3:
+            continue
+        names = _strings(consts.get(parse_input(node.input[1])[0]))
+        slices = _strings(consts.get(parse_input(node.input[2])[0]))
+        dtypes = list(node.attr["dtypes"].list.type)
+        for index, name in enumerate(names):
+            if index < len(dtypes):
+                whole = index >= len(slices) or not slices[index]
+                wanted[name] = (dtypes[index], whole)
+    return wanted
+
+
+def _strings(node) -> List[str]:
+    if node is None or "value" not in node.attr:
+        return []
+    return [value.decode("utf-8", "replace") for value in node.attr["value"].tensor.string_val]
+
+
+def _open(path: str, prefix: str):
+    import tensorflow as tf
+
+    if not os.path.isfile(prefix + ".index"):
+        raise ConversionError("SavedModel %s restores variables but has no variables/variables.index" % path,
+                              "Copy the whole SavedModel directory, variables/ included")
+    try:
+        return tf.compat.v1.train.NewCheckpointReader(prefix)
+    except Exception as error:
+        raise ConversionError("SavedModel %s: its variables/ checkpoint cannot be read (%s)" % (
+            path, _first_line(error)), _FIX) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]
