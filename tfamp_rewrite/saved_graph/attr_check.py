@@ -54,9 +54,9 @@ def attr_problem(value, attr_def, in_function: bool = False) -> Optional[str]:
     if field is None:  # an attr type this check does not know: TensorFlow's problem, not ours
         return None
     if kind is None:
-        return "has no value (a %s is expected)" % expected
+        return "has no value (%s expected)" % expected
     if kind != field:
-        return "holds a %s where a %s is expected" % (_kind_name(value, kind), expected)
+        return "holds %s where %s is expected" % (_kind_name(value, kind), expected)
     return _item_problem(getattr(value, field), expected, attr_def)
 
 
@@ -74,11 +74,11 @@ def _list_problem(value, kind: Optional[str], inner: str, attr_def) -> Optional[
     if kind is None:  # an empty list
         items = ()
     elif kind != "list":
-        return "holds a %s where a list(%s) is expected" % (_kind_name(value, kind), inner)
+        return "holds %s where list(%s) is expected" % (_kind_name(value, kind), inner)
     else:
         others = [other for other in _FIELD.values() if other != field and len(getattr(value.list, other))]
         if others:
-            return "holds a list(%s) where a list(%s) is expected" % (_KIND_OF_FIELD[others[0]], inner)
+            return "holds list(%s) where list(%s) is expected" % (_KIND_OF_FIELD[others[0]], inner)
         items = getattr(value.list, field)
     if attr_def.has_minimum and len(items) < attr_def.minimum:
         return "has %d item(s); %s needs at least %d" % (len(items), attr_def.name, attr_def.minimum)

@@ -37,7 +37,7 @@ _FUNCTION_INPUT = re.compile(r"^\^?[A-Za-z0-9_.\-/>]+(:[A-Za-z0-9_.\-/>]+(:[0-9]
 _CONST_OPS = frozenset({"Const", "HostConst"})
 _VARIABLE_HANDLES = frozenset({"VarHandleOp"})
 _REF_OFFSET = 100
-_FIX = "Re-export the graph (TensorFlow cannot import it either), or correct that node"
+_FIX = "Re-export the graph or correct that node: TensorFlow refuses it too"
 
 
 class Ports:
@@ -240,7 +240,7 @@ class _Checker:
                 continue
             declared, used = handle.attr["dtype"].type, node.attr["dtype"].type
             if declared != used:
-                self.fail("", node, "uses variable %r as %s, but it is a %s variable" % (
+                self.fail("", node, "uses variable %r as %s, but the variable is %s" % (
                     source, dtype_name(used), dtype_name(declared)))
 
     def check_function(self, function) -> None:
