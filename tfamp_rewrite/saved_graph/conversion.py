@@ -13,7 +13,7 @@
         if --out-of-range keep-float32 and half Casts read constants that do not fit:
             excluded += their readers; again
     fold Cast(Const) into half constants     # constants.fold_constants
-    without keep-io-types: release float32 inputs that only feed half Casts
+    without keep-io-types: release float32 inputs that only feed half Casts (unless excluded)
     Tensor Core diagnostics -> result.report.tensor_cores
 
 ``ConversionReport`` is what ``--report`` writes: the options, the inputs and outputs
@@ -136,7 +136,10 @@ def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
     _explain_out_of_range(report, out_of_range)
     _explain_folded(report, constants)
     if not options.keep_io_types:
-        released = release_inputs(graph_def, io.inputs, report.casts)
+        left_alone = set(excluded) | {node.name for node in saved.graph_def.node
+                                      if node.op in options.op_types_to_exclude}
+        inputs = [tensor for tensor in io.inputs if tensor.tensor.partition(":")[0] not in left_alone]
+        released = release_inputs(graph_def, inputs, report.casts)
         if released:
             report.notes.append("inputs now %s (no keep-io-types): %s" % (options.dtype, ", ".join(released)))
     record_converted_dtypes(io, graph_def)
