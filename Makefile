@@ -4,6 +4,7 @@
 #   make test    lint + the whole test suite (what CI runs), the 2-process Horovod tests included
 #   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
 #   make test-gpu  the fused op's CUDA kernel on this machine's GPU (without one: says so, exits 0)
+#   make fuzz    20 000 damaged saved graphs through tfamp-rewrite convert (FUZZ_CASES=N for more or less)
 #
 # Another TensorFlow for a compatibility run, in its own virtualenv:
 #   make test VENV=.venv-tf221 TF_PACKAGE="tensorflow-cpu==2.21.0 tf-keras"
@@ -36,7 +37,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv horovod op lint test test-gpu demo bench clean
+.PHONY: venv horovod op lint test test-gpu demo bench fuzz clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -80,6 +81,12 @@ test-gpu:
 
 demo: venv op
 	$(PY) examples/demo.py
+
+# The long run of tests/saved_graph/test_cli_fuzz.py: a table of outcomes per format; exit 1 on any
+# violation of the command line's contract (tests/support/cli_fuzz.py says which).
+FUZZ_CASES ?= 20000
+fuzz: venv
+	$(PY) tests/support/cli_fuzz.py --cases $(FUZZ_CASES)
 
 bench: venv op horovod
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -286,6 +286,31 @@ def test_a_damaged_variables_index_is_refused(saved_model_dir, tmp_path, capsys)
     _assert_refused(capsys, source, output, ["its variables/ checkpoint cannot be read"])
 
 
+class _Scale(tf.Module):
+    def __init__(self):
+        super().__init__()
+        self.kernel = tf.Variable(np.ones([4, 4], np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def __call__(self, x):
+        return tf.linalg.matmul(x, self.kernel)
+
+
+def test_a_tf2_saved_model_whose_checkpoint_lacks_a_variable_is_refused(tmp_path, capsys):
+    """TF2's restore runs in a library function: its RestoreV2 is checked there."""
+    module = _Scale()
+    tf.saved_model.save(module, str(tmp_path / "tf2"), signatures=module.__call__)
+    source, output = str(tmp_path / "tf2"), str(tmp_path / "out" / "converted")
+    (tmp_path / "out").mkdir()
+    code, _, err = run_main(capsys, "convert", source, output, "--target", "cpu")
+    assert code == 0, err
+    shutil.rmtree(output)
+    checkpoint = tf.train.Checkpoint(other=tf.Variable(1.0))  # a checkpoint of something else
+    checkpoint.write(os.path.join(source, "variables", "variables"))
+    _assert_refused(capsys, source, output, ["restores variable 'kernel/.ATTRIBUTES/VARIABLE_VALUE'",
+                                             "checkpoint does not hold"])
+
+
 def test_a_metagraph_is_checked_like_a_saved_model(tmp_path, capsys):
     meta_dir = tmp_path / "meta"
     meta_dir.mkdir()

@@ -3,13 +3,18 @@
     python tests/support/cli_fuzz.py [--cases N] [--seed S] [--formats pb,pbtxt,...]
 
 Each case copies a small valid model, damages one file of it (bit flips, a truncation, a
-splice of its own bytes; text files also get line and token edits), runs the command line's
-``main(argv)`` in this process, and checks the contract of ``tfamp-rewrite``:
+splice of its own bytes; text files also get line and token edits; a third of the graph
+files get one structural edit instead -- a node's attr dropped, emptied or given a random
+value, an input dropped, duplicated or re-pointed, an op name changed by one letter --, which
+parses, so it reaches the checks behind the parser), runs the command line's ``main(argv)``
+in this process, and checks the contract of ``tfamp-rewrite``:
 
 * exit 0: OUTPUT exists and TensorFlow takes it -- ``import_graph_def`` (frozen graphs),
   ``import_meta_graph`` (MetaGraphs), ``saved_model.loader.load`` in a Session, variables
-  restored (SavedModels).  Ops TensorFlow does not register stay as they are (documented:
-  float32 boundaries); for those the output must import with them stubbed (``import_check``);
+  restored (SavedModels; with soft placement, as a model placed on devices this machine
+  lacks is loaded: a device name is no part of validity).  Ops TensorFlow does not register
+  stay as they are (documented: float32 boundaries); for those the output must import with
+  them stubbed (``import_check``);
 * exit 2: exactly one stderr line ``tfamp-rewrite: ...`` that is not the internal-error
   backstop, and nothing written (OUTPUT absent, no temporary left beside it);
 * never an exception out of ``main``, never another status, and the input never modified.
@@ -49,17 +54,20 @@ from tfamp_rewrite.saved_graph.op_def_check import unknown_op_nodes  # noqa: E40
 
 tf1 = tf.compat.v1
 FORMATS = ("pb", "pbtxt", "meta", "saved_model", "variables_index")
+_OP_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 INTERNAL_ERROR = "internal error"
 
 
 @dataclass
 class Seed:
-    """A valid model: the INPUT to pass, the file inside it to damage, the OUTPUT name."""
+    """A valid model: the INPUT to pass, the file inside it to damage, the OUTPUT name, and
+    the message that file holds (None: not a protobuf of ours)."""
 
     input: str
     target: str
     output_name: str
     text: bool = False
+    message: Optional[type] = None
 
 
 @dataclass
@@ -89,11 +97,14 @@ def build_seeds(root: str) -> Dict[str, Seed]:
     os.makedirs(meta_dir)
     meta = models.meta_graph(meta_dir)
     saved_model = models.saved_model(os.path.join(root, "sm"))
+    from tensorflow.core.protobuf import saved_model_pb2
+
     return {
-        "pb": Seed(frozen, frozen, "out.pb"),
-        "pbtxt": Seed(text, text, "out.pbtxt", text=True),
-        "meta": Seed(meta, meta, "out.meta"),
-        "saved_model": Seed(saved_model, os.path.join(saved_model, "saved_model.pb"), "out_sm"),
+        "pb": Seed(frozen, frozen, "out.pb", message=graph_pb2.GraphDef),
+        "pbtxt": Seed(text, text, "out.pbtxt", text=True, message=graph_pb2.GraphDef),
+        "meta": Seed(meta, meta, "out.meta", message=meta_graph_pb2.MetaGraphDef),
+        "saved_model": Seed(saved_model, os.path.join(saved_model, "saved_model.pb"), "out_sm",
+                            message=saved_model_pb2.SavedModel),
         "variables_index": Seed(saved_model, os.path.join(saved_model, "variables", "variables.index"),
                                 "out_sm"),
     }
@@ -146,6 +157,85 @@ def mutate(data: bytes, rng: random.Random, text: bool = False) -> bytes:
     return bytes(out)
 
 
+def mutate_structure(data: bytes, seed: Seed, rng: random.Random) -> bytes:
+    """``data`` (a ``seed.message``) with one edit of one node that keeps it parseable."""
+    message = seed.message()
+    read_text_or_binary(message, data, seed.text)
+    graphs = [message] if isinstance(message, graph_pb2.GraphDef) else (
+        [message.graph_def] if isinstance(message, meta_graph_pb2.MetaGraphDef)
+        else [meta.graph_def for meta in message.meta_graphs])
+    graph = rng.choice(graphs)
+    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    node = rng.choice(nodes)
+    names = [other.name for other in graph.node]
+    edit = rng.choice(["drop_attr", "empty_attr", "attr_value", "attr_value", "drop_input", "add_input",
+                       "repoint_input", "op_letter"])
+    keys = sorted(node.attr)
+    if edit in ("drop_attr", "empty_attr", "attr_value") and keys:
+        key = rng.choice(keys)
+        if edit == "drop_attr":
+            del node.attr[key]
+        elif edit == "empty_attr":
+            node.attr[key].Clear()
+        else:
+            _random_attr_value(node.attr[key], rng)
+    elif edit == "drop_input" and node.input:
+        del node.input[rng.randrange(len(node.input))]
+    elif edit == "add_input" and names:
+        node.input.insert(rng.randrange(len(node.input) + 1), rng.choice(names))
+    elif edit == "repoint_input" and node.input and names:
+        node.input[rng.randrange(len(node.input))] = "%s%s:%d" % (
+            rng.choice(["", "", "^"]), rng.choice(names), rng.choice([0, 0, 1, 2, 7]))
+    elif node.op:
+        position = rng.randrange(len(node.op))
+        node.op = node.op[:position] + rng.choice(_OP_LETTERS) + node.op[position + 1:]
+    return text_format.MessageToString(message).encode() if seed.text else message.SerializeToString()
+
+
+def _random_attr_value(value, rng: random.Random) -> None:
+    kind = value.WhichOneof("value")
+    if kind == "type":
+        value.type = rng.choice([0, 1, 2, 3, 5, 9, 10, 14, 19, 20, 21, 101, 150])
+    elif kind == "i":
+        value.i = rng.choice([-3, -1, 0, 1, 2, 3, 7, 2 ** 31, 2 ** 40])
+    elif kind == "f":
+        value.f = rng.choice([0.0, -1.0, 1e30, float("nan")])
+    elif kind == "b":
+        value.b = not value.b
+    elif kind == "s":
+        value.s = rng.choice([b"", b"SAME", b"VALID", b"NCHW", b"NHWC", b"\xff\xfe", value.s[::-1]])
+    elif kind == "shape":
+        dim = value.shape.dim.add()
+        dim.size = rng.choice([-7, -1, 0, 3])
+    elif kind == "list":
+        for field_name in ("i", "type", "s"):
+            items = getattr(value.list, field_name)
+            if len(items):
+                del items[rng.randrange(len(items))]
+                return
+        value.list.i.append(rng.choice([-1, 0, 5]))
+    elif kind == "tensor":
+        tensor = value.tensor
+        choice = rng.choice(["dtype", "dim", "content"])
+        if choice == "dtype":
+            tensor.dtype = rng.choice([0, 1, 3, 7, 9, 19])
+        elif choice == "dim" and len(tensor.tensor_shape.dim):
+            dims = tensor.tensor_shape.dim
+            dims[rng.randrange(len(dims))].size = rng.choice([-1, 0, 2, 99])
+        else:
+            tensor.tensor_content = tensor.tensor_content[: len(tensor.tensor_content) // 2]
+    else:
+        value.i = 1  # a value of the wrong kind
+
+
+def read_text_or_binary(message, data: bytes, text: bool):
+    if text:
+        text_format.Parse(data.decode("utf-8"), message)
+    else:
+        message.ParseFromString(data)
+    return message
+
+
 # -- one case -------------------------------------------------------------------------
 def run_case(fmt: str, seed: Seed, rng: random.Random, workdir: str, tally: Tally) -> None:
     """Damages a copy of ``seed``, converts it, and records the outcome in ``tally``."""
@@ -157,7 +247,10 @@ def run_case(fmt: str, seed: Seed, rng: random.Random, workdir: str, tally: Tall
             else source
         with open(target, "rb") as handle:
             original = handle.read()
-        damaged = mutate(original, rng, seed.text)
+        if seed.message is not None and rng.random() < 1 / 3:
+            damaged = mutate_structure(original, seed, rng)
+        else:
+            damaged = mutate(original, rng, seed.text)
         with open(target, "wb") as handle:
             handle.write(damaged)
         out_dir = os.path.join(case_dir, "out")
@@ -237,12 +330,7 @@ def _check_output(fmt: str, output: str, tally: Tally) -> None:
 # -- what TensorFlow takes --------------------------------------------------------------
 def read_message(message, path: str, text: bool):
     with open(path, "rb") as handle:
-        data = handle.read()
-    if text:
-        text_format.Parse(data.decode("utf-8"), message)
-    else:
-        message.ParseFromString(data)
-    return message
+        return read_text_or_binary(message, handle.read(), text)
 
 
 def import_graph(graph_def) -> None:
@@ -269,7 +357,8 @@ def load_saved_model(path: str, tally: Tally) -> None:
         import_meta(meta_graph)
         return
     graph = tf.Graph()
-    with graph.as_default(), tf1.Session(graph=graph) as session:
+    config = tf1.ConfigProto(allow_soft_placement=True)
+    with graph.as_default(), tf1.Session(graph=graph, config=config) as session:
         tf1.saved_model.loader.load(session, list(meta_graph.meta_info_def.tags), path)
 
 

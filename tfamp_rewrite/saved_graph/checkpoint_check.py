@@ -4,9 +4,10 @@ Conversion copies ``variables/`` unchanged, so a SavedModel whose variables cann
 restored would be converted into one that does not load either.  ``check_variables(saved)``
 reads the checkpoint the way restoring does and compares it with what the graph restores::
 
-    for every RestoreV2 node: its tensor_names / shape_and_slices Consts and dtypes attr
-        the checkpoint (variables/variables.index and its data shards) opens
-        every name is in it, with the dtype the node restores
+    the checkpoint (variables/variables.index and its data shards) opens, if there is one
+    for every RestoreV2 node (of the graph, or of a function: TF2's restore function):
+        its tensor_names / shape_and_slices Consts and dtypes attr name what it restores
+        every name is in the checkpoint, with the dtype the node restores
         every whole tensor reads back (sizes and checksums are verified on read)
 
 Problems are one ``ConversionError`` line naming the variable.  Frozen graphs and
@@ -19,7 +20,6 @@ from typing import Dict, List, Tuple
 
 from ..dtypes import dtype_name
 from ..errors import ConversionError
-from ..graph_rewrite.graph_view import parse_input
 from .formats import SAVEDMODEL
 
 _RESTORE_OPS = frozenset({"RestoreV2"})
@@ -31,9 +31,9 @@ def check_variables(saved) -> None:
     if saved.kind != SAVEDMODEL:
         return
     wanted = restored_tensors(saved.graph_def)
-    if not wanted:
-        return
     prefix = os.path.join(saved.path, "variables", "variables")
+    if not wanted and not os.path.isfile(prefix + ".index"):
+        return
     reader = _open(saved.path, prefix)
     stored = reader.get_variable_to_dtype_map()
     for name, (dtype, whole) in sorted(wanted.items()):
@@ -53,19 +53,20 @@ def check_variables(saved) -> None:
 
 
 def restored_tensors(graph_def) -> Dict[str, Tuple[int, bool]]:
-    """Checkpoint key -> (dtype restored, whole tensor) for every RestoreV2 node of the graph."""
-    consts = {node.name: node for node in graph_def.node if node.op == "Const"}
+    """Checkpoint key -> (dtype restored, whole tensor) for every RestoreV2 node of the graph
+    and of its functions."""
     wanted: Dict[str, Tuple[int, bool]] = {}
-    for node in graph_def.node:
-        if node.op not in _RESTORE_OPS or len(node.input) < 3:
-            continue
-        names = _strings(consts.get(parse_input(node.input[1])[0]))
-        slices = _strings(consts.get(parse_input(node.input[2])[0]))
-        dtypes = list(node.attr["dtypes"].list.type)
-        for index, name in enumerate(names):
-            if index < len(dtypes):
-                whole = index >= len(slices) or not slices[index]
-                wanted[name] = (dtypes[index], whole)
+    for nodes in [graph_def.node] + [function.node_def for function in graph_def.library.function]:
+        consts = {node.name: node for node in nodes if node.op == "Const"}
+        for node in nodes:
+            if node.op not in _RESTORE_OPS or len(node.input) < 3:
+                continue
+            names = _strings(consts.get(node.input[1].split(":")[0]))
+            slices = _strings(consts.get(node.input[2].split(":")[0]))
+            dtypes = list(node.attr["dtypes"].list.type)
+            for index, name in enumerate(names):
+                if index < len(dtypes):
+                    wanted[name] = (dtypes[index], index >= len(slices) or not slices[index])
     return wanted
 
 
