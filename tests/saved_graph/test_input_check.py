@@ -354,3 +354,14 @@ def test_a_valid_graph_still_converts_and_runs(tmp_path, capsys):
         with tf1.Session(graph=graph) as session:
             probs = session.run("probs:0", {"x:0": np.ones([2, 16], np.float32)})
     assert np.allclose(probs.sum(axis=1), 1.0, atol=1e-2)
+
+
+def test_a_malformed_input_of_an_unregistered_op_is_refused(tmp_path, capsys):
+    def change(node):
+        node.op = "MyCustomExp"
+        node.input[0] = "relu:first"
+
+    source = models.write_frozen(_edit(EXPLAIN, "exp", change), str(tmp_path / "in.pb"))
+    (tmp_path / "out").mkdir()
+    _assert_refused(capsys, source, str(tmp_path / "out" / "out.pb"),
+                    ["node 'exp'", "malformed input 'relu:first'"])

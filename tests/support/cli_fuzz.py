@@ -5,9 +5,10 @@
 Each case copies a small valid model, damages one file of it (bit flips, a truncation, a
 splice of its own bytes; text files also get line and token edits; a third of the graph
 files get one structural edit instead -- a node's attr dropped, emptied or given a random
-value, an input dropped, duplicated or re-pointed, an op name changed by one letter --, which
-parses, so it reaches the checks behind the parser), runs the command line's ``main(argv)``
-in this process, and checks the contract of ``tfamp-rewrite``:
+value, an input dropped, duplicated, re-pointed or malformed, an op name changed by one letter
+or to an unregistered custom op's --, which parses, so it reaches the checks behind the
+parser), runs the command line's ``main(argv)`` in this process, and checks the contract of
+``tfamp-rewrite``:
 
 * exit 0: OUTPUT exists and TensorFlow takes it -- ``import_graph_def`` (frozen graphs),
   ``import_meta_graph`` (MetaGraphs), ``saved_model.loader.load`` in a Session, variables
@@ -169,7 +170,7 @@ def mutate_structure(data: bytes, seed: Seed, rng: random.Random) -> bytes:
     node = rng.choice(nodes)
     names = [other.name for other in graph.node]
     edit = rng.choice(["drop_attr", "empty_attr", "attr_value", "attr_value", "drop_input", "add_input",
-                       "repoint_input", "op_letter"])
+                       "repoint_input", "bad_input", "op_letter", "custom_op"])
     keys = sorted(node.attr)
     if edit in ("drop_attr", "empty_attr", "attr_value") and keys:
         key = rng.choice(keys)
@@ -186,6 +187,11 @@ def mutate_structure(data: bytes, seed: Seed, rng: random.Random) -> bytes:
     elif edit == "repoint_input" and node.input and names:
         node.input[rng.randrange(len(node.input))] = "%s%s:%d" % (
             rng.choice(["", "", "^"]), rng.choice(names), rng.choice([0, 0, 1, 2, 7]))
+    elif edit == "bad_input" and node.input and names:
+        port = rng.choice([":x", ":-1", "::0", ":01", ":"])
+        node.input[rng.randrange(len(node.input))] = rng.choice(names) + port
+    elif edit == "custom_op":
+        node.op = "Custom" + "".join(rng.choice("XYZQ") for _ in range(4))  # far from every registered op
     elif node.op:
         position = rng.randrange(len(node.op))
         node.op = node.op[:position] + rng.choice(_OP_LETTERS) + node.op[position + 1:]

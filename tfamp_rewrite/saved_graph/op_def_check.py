@@ -135,6 +135,7 @@ class _Checker:
     # -- one node -------------------------------------------------------------------
     def check_node(self, node, where: str = "", in_function: bool = False):
         """Checks attrs and the input count; returns the node's (inputs, outputs) or None."""
+        data = self._check_input_names(node, where, in_function)
         op_def = self.lookup(node.op)
         if op_def is None:
             self._unknown_op(node, where)
@@ -160,7 +161,6 @@ class _Checker:
             if held != declared and not in_function:
                 self.fail(where, node, "declares dtype %s but its value tensor is %s" % (
                     dtype_name(declared), dtype_name(held)))
-        data = self._check_input_names(node, where, in_function)
         if in_function and any(value.WhichOneof("value") == "placeholder" for value in node.attr.values()):
             return None  # counts and dtypes depend on the function's instantiation
         try:
