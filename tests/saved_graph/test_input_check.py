@@ -257,6 +257,10 @@ def _saver_tensor(meta_graph):
     meta_graph.saver_def.filename_tensor_name = "sav%/Const:0"
 
 
+def _restore_reads_variable(meta_graph):
+    _node(meta_graph.graph_def, "save/Identity_1").input[0] = "conv0/kernel/Read/ReadVariableOp"
+
+
 def _collection_node(meta_graph):
     meta_graph.collection_def["my_ops"].node_list.value.append("no_such_node")
 
@@ -267,6 +271,8 @@ SAVED_MODEL_CASES = [
     ("signature_tensor", _signature_tensor, ["signature 'serving_default' input 'images' names 'imagez:0'"]),
     ("saver_tensor", _saver_tensor, ["its Saver's filename tensor names 'sav%/Const:0'"]),
     ("collection_node", _collection_node, ["cannot import it", "no_such_node"]),
+    ("restore_reads_variable", _restore_reads_variable,
+     ["cannot restore: its Saver's restore op reads variable 'conv0/kernel'", "before restoring it"]),
 ]
 
 
@@ -274,6 +280,30 @@ SAVED_MODEL_CASES = [
 def test_saved_models_that_would_not_load_are_refused(case, change, words, saved_model_dir, tmp_path, capsys):
     source, output = _damaged_saved_model(saved_model_dir, tmp_path, change)
     _assert_refused(capsys, source, output, words)
+
+
+def test_a_restore_that_reads_a_ref_variable_is_refused(tmp_path, capsys):
+    path = str(tmp_path / "ref_model")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        w = tf1.get_variable("w", [4, 4], use_resource=False)
+        y = tf.identity(tf.linalg.matmul(x, w), name="y")
+        with tf1.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            builder = tf1.saved_model.Builder(path)
+            builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+                "serving_default": tf1.saved_model.predict_signature_def({"x": x}, {"y": y})})
+            builder.save()
+    code, _, err = run_main(capsys, "convert", path, str(tmp_path / "fine"), "--target", "cpu")
+    assert code == 0, err
+    assign = "save/Assign"
+
+    def read_instead_of_restore(meta_graph):
+        _node(meta_graph.graph_def, assign).input[1] = "w"  # Assign(w, w): reads w uninitialised
+
+    source, output = _damaged_saved_model(path, tmp_path / "damaged", read_instead_of_restore)
+    _assert_refused(capsys, source, output, ["restore op reads variable 'w' (node 'save/Assign')"])
 
 
 def test_a_damaged_variables_index_is_refused(saved_model_dir, tmp_path, capsys):

@@ -9,6 +9,7 @@ reads the checkpoint the way restoring does and compares it with what the graph 
         its tensor_names / shape_and_slices Consts and dtypes attr name what it restores
         every name is in the checkpoint, with the dtype the node restores
         every whole tensor reads back (sizes and checksums are verified on read)
+    the Saver's restore op reads no variable: variables are uninitialised while it runs
 
 Problems are one ``ConversionError`` line naming the variable.  Frozen graphs and
 MetaGraphs have no checkpoint to check here.
@@ -16,13 +17,19 @@ MetaGraphs have no checkpoint to check here.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..dtypes import dtype_name
 from ..errors import ConversionError
+from ..tf_compat import lookup_op_def
 from .formats import SAVEDMODEL
+from .op_def_check import node_ports
 
 _RESTORE_OPS = frozenset({"RestoreV2"})
+_RESOURCE_VARIABLES = frozenset({"VarHandleOp"})
+_REF_VARIABLES = frozenset({"VariableV2", "Variable"})
+_RESOURCE_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
+_REF_OFFSET = 100
 _FIX = "Re-export the SavedModel; its variables/ directory does not belong to its graph or is damaged"
 
 
@@ -30,6 +37,11 @@ def check_variables(saved) -> None:
     """Raises ConversionError if the SavedModel ``saved`` (a formats.SavedGraph) cannot restore."""
     if saved.kind != SAVEDMODEL:
         return
+    read = variable_read_by_restore(saved.graph_def, saved.meta_graph.saver_def.restore_op_name)
+    if read is not None:
+        raise ConversionError("SavedModel %s cannot restore: its Saver's restore op reads variable %r "
+                              "(node %r) before restoring it" % (saved.path, read[1], read[0]),
+                              "Re-export the SavedModel; its Saver is damaged")
     wanted = restored_tensors(saved.graph_def)
     prefix = os.path.join(saved.path, "variables", "variables")
     if not wanted and not os.path.isfile(prefix + ".index"):
@@ -68,6 +80,46 @@ def restored_tensors(graph_def) -> Dict[str, Tuple[int, bool]]:
                 if index < len(dtypes):
                     wanted[name] = (dtypes[index], index >= len(slices) or not slices[index])
     return wanted
+
+
+def variable_read_by_restore(graph_def, restore_op: str) -> Optional[Tuple[str, str]]:
+    """``(reading node, variable)`` for a variable the restore op depends on reading, or None.
+
+    A read is a data edge from a ref variable to an input that is not a reference, or from a
+    resource variable's handle to an op that reads its value (a function call passing the
+    handle on, as TF2's restore does, is not one).
+    """
+    nodes = {node.name: node for node in graph_def.node}
+    pending, seen = [restore_op.split(":")[0].lstrip("^")], set()
+    while pending:
+        name = pending.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        node = nodes[name]
+        data = [text.split(":")[0] for text in node.input if not text.startswith("^")]
+        for port, source in enumerate(data):
+            variable = nodes.get(source)
+            if variable is not None and _reads(node, port, variable):
+                return node.name, source
+        pending.extend(text.lstrip("^").split(":")[0] for text in node.input)
+    return None
+
+
+def _reads(node, port: int, variable) -> bool:
+    if variable.op in _RESOURCE_VARIABLES:
+        return node.op in _RESOURCE_READS
+    if variable.op not in _REF_VARIABLES:
+        return False
+    op_def = lookup_op_def(node.op)
+    if op_def is None:
+        return False
+    try:
+        inputs = node_ports(node, op_def)[0]
+        expected = inputs.dtype(port) if port < inputs.count else None
+    except ValueError:
+        return False
+    return expected is not None and expected < _REF_OFFSET
 
 
 def _strings(node) -> List[str]:
