@@ -26,6 +26,7 @@ from ..errors import ConversionError
 from ..graph_rewrite.graph_view import parse_input
 from .formats import GRAPHDEF, METAGRAPH, SavedGraph
 from .graph_io import GraphIO, GraphTensor
+from .plain_session import plain_session
 
 # CPU kernels may accumulate half products in half (GPUs accumulate in float32), so the
 # errors validation sees here bound what a GPU shows; a ResNet-50 sees ~2e-2 in float16.
@@ -165,7 +166,7 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
     import tensorflow as tf
 
     graph = tf.compat.v1.Graph()
-    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+    with graph.as_default(), plain_session(graph) as session:
         tensors = _load(saved, path, text, session, io, initial_values)
         feed_dict = {}
         for tensor_name, value in zip(tensors["inputs"], feeds):
