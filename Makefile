@@ -6,6 +6,7 @@
 #   make test-gpu  the fused op's CUDA kernel on this machine's GPU (without one: says so, exits 0)
 #   make test-tf115  the checks against TensorFlow 1.15 itself (part of make test)
 #   make test-avx2 the suite as an AVX2-only machine sees it, on any x86-64 machine
+#   make fuzz    20 000 damaged saved graphs through tfamp-rewrite convert (FUZZ_CASES=N for more or less)
 #
 # Another TensorFlow for a compatibility run, in its own virtualenv:
 #   make test VENV=.venv-tf221 TF_PACKAGE="tensorflow-cpu==2.21.0 tf-keras"
@@ -38,7 +39,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv horovod op lint test test-tf115 test-avx2 test-gpu demo bench clean
+.PHONY: venv horovod op lint test test-tf115 test-avx2 test-gpu demo bench fuzz clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -99,6 +100,12 @@ test-gpu:
 
 demo: venv op
 	$(PY) examples/demo.py
+
+# The long run of tests/saved_graph/test_cli_fuzz.py: a table of outcomes per format; exit 1 on any
+# violation of the command line's contract (tests/support/cli_fuzz.py says which).
+FUZZ_CASES ?= 20000
+fuzz: venv
+	$(PY) tests/support/cli_fuzz.py --cases $(FUZZ_CASES)
 
 bench: venv op horovod
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -2,6 +2,8 @@
 
 * ``lookup_op_def(op)``: the registered OpDef of an op type (ops loaded with
   ``tf.load_op_library`` included), or None.
+* ``registered_op_names()``: every registered op type.
+* ``config_without_tf_amp(config)``: a ConfigProto with every AMP pass this TensorFlow has OFF.
 * ``KernelIndex``: which kernels are registered for an op and device type, so the
   rewrite can ask "does this node have a float16 kernel on the target device?" the way
   Grappler's ``IsKernelRegisteredForNode`` does.
@@ -24,6 +26,23 @@ def lookup_op_def(op_type: str):
     if get is not None:  # TF >= 2.2 reads the C++ registry directly
         return get(op_type)
     return op_def_registry.get_registered_ops().get(op_type)  # TF 1.15
+
+
+def registered_op_names() -> FrozenSet[str]:
+    """The op types TensorFlow registers now (ops of loaded libraries included)."""
+    get_registered_ops = getattr(op_def_registry, "get_registered_ops", None)
+    if get_registered_ops is not None:  # TF 1.15
+        return frozenset(get_registered_ops())
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session  # TF >= 2.2
+
+    buffer = pywrap_tf_session.TF_GetAllOpList()
+    try:
+        op_list = op_def_pb2.OpList()
+        op_list.ParseFromString(pywrap_tf_session.TF_GetBuffer(buffer))
+    finally:
+        pywrap_tf_session.TF_DeleteBuffer(buffer)
+    return frozenset(op.name for op in op_list.op)
 
 
 # One registered kernel: its device type, attr constraints and label.
@@ -101,3 +120,22 @@ def _satisfies(value, allowed: FrozenSet[int]) -> bool:
     if isinstance(value, tuple):
         return all(v in allowed for v in value)
     return value in allowed
+
+
+# Grappler's AMP passes; which exist depends on the version (NVIDIA's 1.15: the first only).
+_TF_AMP_FIELDS = ("auto_mixed_precision", "auto_mixed_precision_mkl", "auto_mixed_precision_cpu",
+                  "auto_mixed_precision_onednn_bfloat16")
+
+
+def config_without_tf_amp(config=None):
+    """A copy of ``config`` (a ConfigProto, or None) with every TensorFlow AMP rewrite turned OFF."""
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
+    result = config_pb2.ConfigProto()
+    if config is not None:
+        result.CopyFrom(config)
+    options = result.graph_options.rewrite_options
+    for field in _TF_AMP_FIELDS:
+        if field in rewriter_config_pb2.RewriterConfig.DESCRIPTOR.fields_by_name:
+            setattr(options, field, rewriter_config_pb2.RewriterConfig.OFF)
+    return result

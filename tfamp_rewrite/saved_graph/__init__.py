@@ -1,7 +1,9 @@
 """Saved graphs on disk: convert a frozen GraphDef, a MetaGraph or a SavedModel, and explain it.
 
 Entry point: ``cli.main(argv)`` (the ``tfamp-rewrite`` command and ``python -m
-tfamp_rewrite``).  ``formats`` reads the three formats, ``graph_io`` resolves inputs and
+tfamp_rewrite``).  ``formats`` reads the three formats, ``input_check`` refuses invalid
+ones (``op_def_check`` / ``attr_check``: nodes against OpDefs; ``import_check``: TensorFlow's
+importer; ``checkpoint_check``: a SavedModel's variables), ``graph_io`` resolves inputs and
 outputs, ``conversion`` runs the pass with ``keep_io_types``, exclusions and constant
 folding (``constants``), ``writer`` writes atomically, ``validate`` compares the original
 and converted graphs on the same inputs, ``explain`` / ``dot`` turn the report into reason

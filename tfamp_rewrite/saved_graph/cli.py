@@ -7,7 +7,8 @@ constants, keep-io-types, Tensor Cores), ``formats`` / ``writer`` (files),
 * 0: done (``convert``: OUTPUT written; ``explain``: printed);
 * 1: ``--validate`` found outputs beyond ``--rtol``/``--atol`` (OUTPUT not written);
 * 2: a problem with the command: one line on stderr naming it and the fix, nothing
-  written (``ConversionError``, or an argument error).
+  written (``ConversionError``, or an argument error) -- and, as a last resort, any other
+  exception: one line saying it is an internal error.
 """
 from __future__ import annotations
 
@@ -161,11 +162,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         _import_tensorflow_quietly()
         return args.run(args)
     except ConversionError as error:
-        sys.stderr.write("%s: %s\n" % (PROG, error))
+        sys.stderr.write("%s: %s\n" % (PROG, " ".join(str(error).splitlines())))
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("%s: interrupted; nothing was written\n" % PROG)
         return 130
+    except Exception as error:  # a bug of ours: still one line and status 2, never a traceback
+        detail = " ".join(str(error).split())[:200]
+        what = type(error).__name__ + (": " + detail if detail else "")
+        sys.stderr.write("%s: internal error (%s); nothing was written. Please report it with the input "
+                         "and this command line\n" % (PROG, what))
+        return 2
 
 
 def _import_tensorflow_quietly() -> None:

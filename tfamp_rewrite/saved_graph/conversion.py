@@ -2,6 +2,7 @@
 
 ``convert(saved, options) -> Conversion`` works in memory (nothing is written)::
 
+    refuse an invalid graph                  # input_check: OpDefs, TensorFlow's importer, variables
     refuse a graph that is already converted (unless options.force)
     io       = resolve_io(saved, ...)        # inputs, outputs, signature, Saver/init nodes
     excluded = nodes matching --nodes-to-exclude
@@ -12,7 +13,7 @@
         if --out-of-range keep-float32 and half Casts read constants that do not fit:
             excluded += their readers; again
     fold Cast(Const) into half constants     # constants.fold_constants
-    without keep-io-types: release float32 inputs that only feed half Casts
+    without keep-io-types: release float32 inputs that only feed half Casts (unless excluded)
     Tensor Core diagnostics -> result.report.tensor_cores
 
 ``ConversionReport`` is what ``--report`` writes: the options, the inputs and outputs
@@ -34,6 +35,7 @@ from ..graph_rewrite.tensor_cores import diagnose
 from .constants import ConstantRange, exclusions_for_out_of_range, fold_constants
 from .formats import SavedGraph
 from .graph_io import GraphIO, GraphTensor, record_converted_dtypes, release_inputs, resolve_io
+from .input_check import check_input
 
 _MAX_ROUNDS = 8
 _HALF_ENUMS = frozenset({19, 14})
@@ -115,10 +117,11 @@ class Conversion:
 def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
     """Converts ``saved.graph_def`` in memory (see module docstring)."""
     start = time.perf_counter()
+    warnings = check_input(saved, options.op_types_to_exclude)
     if not options.force:
         refuse_converted(saved, options.dtype)
     io = resolve_io(saved, options.inputs, options.outputs, options.signature)
-    warnings = _unused_options(saved.graph_def, options)
+    warnings += _unused_options(saved.graph_def, options)
     excluded = matching_nodes(saved.graph_def, options.nodes_to_exclude)
     result, out_of_range, kept_constants = _rewrite(saved, io, options, excluded)
     graph_def = result.graph_def
@@ -133,7 +136,10 @@ def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
     _explain_out_of_range(report, out_of_range)
     _explain_folded(report, constants)
     if not options.keep_io_types:
-        released = release_inputs(graph_def, io.inputs, report.casts)
+        left_alone = set(excluded) | {node.name for node in saved.graph_def.node
+                                      if node.op in options.op_types_to_exclude}
+        inputs = [tensor for tensor in io.inputs if tensor.tensor.partition(":")[0] not in left_alone]
+        released = release_inputs(graph_def, inputs, report.casts)
         if released:
             report.notes.append("inputs now %s (no keep-io-types): %s" % (options.dtype, ", ".join(released)))
     record_converted_dtypes(io, graph_def)

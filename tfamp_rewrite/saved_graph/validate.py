@@ -32,6 +32,7 @@ from ..errors import ConversionError
 from ..graph_rewrite.graph_view import parse_input
 from .formats import GRAPHDEF, METAGRAPH, SavedGraph
 from .graph_io import GraphIO, GraphTensor
+from .plain_session import plain_session
 
 NUMERICS_CHOICES = ("auto", "emulate", "native")
 # Default rtol = atol by (numerics, dtype).  Emulated, as on a Tensor Core GPU: float16
@@ -198,7 +199,7 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
     import tensorflow as tf
 
     graph = tf.compat.v1.Graph()
-    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+    with graph.as_default(), plain_session(graph) as session:
         tensors = _load(saved, path, text, session, io, initial_values)
         feed_dict = {}
         for tensor_name, value in zip(tensors["inputs"], feeds):

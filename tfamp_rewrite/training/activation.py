@@ -17,29 +17,45 @@
 and its ``_GRAPH_REWRITE`` / ``_LOSS_SCALING`` refinements); ``deactivate()`` turns both
 off (the optimizer methods are TensorFlow's own again; the session classes keep an inert
 ``__new__``).  This module is the only one that patches TensorFlow.
+
+Import order: this module imports nothing at load time that imports TensorFlow, and
+switching on imports only TensorFlow (never another module of this package: the session
+classes and ``LossScaleOptimizer`` are looked up when a session is constructed or an
+optimizer first computes gradients).  So the start-up hook, which switches on right after
+TensorFlow's own import finishes, may run whatever of this package is half-imported at
+that moment -- ``import tfamp_rewrite`` before or after ``import tensorflow``, ``tfamp-run``,
+``enable_mixed_precision_graph_rewrite`` all reach the same state.  Every function here is
+idempotent and may be re-entered (the hook can fire inside ``enable_*`` when that is what
+first imports TensorFlow).
 """
 from __future__ import annotations
 
 import functools
 import os
-from typing import Mapping, Optional
-
-from tensorflow.python.training import optimizer as optimizer_module
-
-from . import loss_scale_optimizer
-from .session import TF_SESSION_CLASSES, InteractiveSession, Session
+import threading
+from typing import Dict, Mapping
 
 ENABLE_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 GRAPH_REWRITE_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE"
 LOSS_SCALING_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING"
 
-_REWRITING_SESSIONS = {"Session": Session, "InteractiveSession": InteractiveSession}
-_Optimizer = optimizer_module.Optimizer
-_ORIGINAL_METHODS = {name: _Optimizer.__dict__[name] for name in ("compute_gradients", "apply_gradients")}
+_SCALED_METHODS = ("compute_gradients", "apply_gradients")
 _AUTO_SCALER = "_tfamp_auto_loss_scaler"
+_NEW_MARKER = "_tfamp_rewriting_new"
 
+# Held only while patching, never while importing: a thread importing TensorFlow runs the
+# start-up hook with TensorFlow's import lock held, so waiting on it here could deadlock.
+_lock = threading.RLock()
+_original_methods: Dict[str, object] = {}  # TensorFlow's Optimizer methods, captured once
 _graph_rewrite = False
 _loss_scaling = False
+
+
+def _tensorflow_v1():
+    """``tf.compat.v1``; importing TensorFlow here may run the start-up hook (re-entry is fine)."""
+    import tensorflow as tf
+
+    return tf.compat.v1
 
 
 # -- graph rewrite ------------------------------------------------------------------------
@@ -51,10 +67,12 @@ def graph_rewrite_enabled() -> bool:
 def enable_graph_rewrite() -> None:
     """New TensorFlow sessions are ``tfamp_rewrite``'s (idempotent)."""
     global _graph_rewrite
-    for name, original in TF_SESSION_CLASSES.items():
-        if "__new__" not in original.__dict__:
-            original.__new__ = _constructing(original, _REWRITING_SESSIONS[name])
-    _graph_rewrite = True
+    tf1 = _tensorflow_v1()
+    with _lock:
+        for original in (tf1.Session, tf1.InteractiveSession):
+            if not _is_ours(original.__dict__.get("__new__")):
+                original.__new__ = _constructing(original)
+        _graph_rewrite = True
 
 
 def disable_graph_rewrite() -> None:
@@ -63,16 +81,26 @@ def disable_graph_rewrite() -> None:
     _graph_rewrite = False
 
 
-def _constructing(original, replacement):
-    """A ``__new__`` for ``original`` that builds ``replacement`` (its subclass) while on.
+def _constructing(original):
+    """A ``__new__`` for ``original`` that builds ``tfamp_rewrite``'s subclass of it while on.
 
     Once installed it stays (switched by the flag): CPython cannot take an assigned
-    ``__new__`` back, the slot left behind rejects constructor arguments.
+    ``__new__`` back, the slot left behind rejects constructor arguments.  The subclass is
+    looked up at construction, when every import has long finished.
     """
     def __new__(cls, *args, **kwargs):
-        return object.__new__(replacement if cls is original and _graph_rewrite else cls)
+        if cls is original and _graph_rewrite:
+            from . import session
 
+            cls = getattr(session, original.__name__)
+        return object.__new__(cls)
+
+    setattr(__new__, _NEW_MARKER, True)
     return staticmethod(__new__)
+
+
+def _is_ours(new) -> bool:
+    return getattr(getattr(new, "__func__", None), _NEW_MARKER, False)
 
 
 # -- automatic loss scaling ---------------------------------------------------------------
@@ -84,17 +112,25 @@ def loss_scaling_enabled() -> bool:
 def enable_loss_scaling() -> None:
     """Every ``tf.compat.v1.train.Optimizer`` scales its loss from now on (idempotent)."""
     global _loss_scaling
-    for name, method in _ORIGINAL_METHODS.items():
-        setattr(_Optimizer, name, _with_auto_loss_scaling(name, method))
-    _loss_scaling = True
+    optimizer = _tensorflow_v1().train.Optimizer
+    with _lock:
+        if not _original_methods:
+            _original_methods.update({name: optimizer.__dict__[name] for name in _SCALED_METHODS})
+        for name, method in _original_methods.items():
+            if optimizer.__dict__[name] is method:
+                setattr(optimizer, name, _with_auto_loss_scaling(name, method))
+        _loss_scaling = True
 
 
 def disable_loss_scaling() -> None:
     """Optimizers stop scaling their loss in graphs built from now on."""
     global _loss_scaling
-    for name, method in _ORIGINAL_METHODS.items():
-        setattr(_Optimizer, name, method)
-    _loss_scaling = False
+    with _lock:
+        if _original_methods:
+            optimizer = _tensorflow_v1().train.Optimizer
+            for name, method in _original_methods.items():
+                setattr(optimizer, name, method)
+        _loss_scaling = False
 
 
 def _with_auto_loss_scaling(name, method):
@@ -108,8 +144,10 @@ def _with_auto_loss_scaling(name, method):
     return scaled
 
 
-def _auto_scaler(opt) -> Optional[loss_scale_optimizer.LossScaleOptimizer]:
+def _auto_scaler(opt):
     """The LossScaleOptimizer ``opt`` delegates to, or None if ``opt`` must act itself."""
+    from . import loss_scale_optimizer
+
     if loss_scale_optimizer.delegating():  # a wrapper is calling the optimizer it wraps
         return None
     state = opt.__dict__
@@ -148,10 +186,14 @@ def loss_scaling_requested(environ: Mapping[str, str] = None) -> bool:
 
 
 def activate_from_environment(environ: Mapping[str, str] = None) -> None:
-    """Turns each switch on that NVIDIA's environment variables ask for."""
-    if graph_rewrite_requested(environ):
+    """Turns each switch on that NVIDIA's environment variables ask for (idempotent).
+
+    Raises ValueError, before switching anything, for a variable that is not a boolean.
+    """
+    rewrite, scaling = graph_rewrite_requested(environ), loss_scaling_requested(environ)
+    if rewrite:
         enable_graph_rewrite()
-    if loss_scaling_requested(environ):
+    if scaling:
         enable_loss_scaling()
 
 
@@ -159,4 +201,3 @@ def deactivate() -> None:
     """Turns both switches off, restoring TensorFlow exactly."""
     disable_graph_rewrite()
     disable_loss_scaling()
-

@@ -5,9 +5,11 @@
     python -m tfamp_rewrite.training.run [...] train.py [ARGS...]
 
 Sets ``TF_ENABLE_AUTO_MIXED_PRECISION=1`` (for this process and the processes it starts;
-already-set NVIDIA variables are kept and decide), activates the graph rewrite and
-automatic loss scaling, and runs the program as ``__main__`` with its own arguments, as
-``python`` would.
+already-set NVIDIA variables are kept and decide), arranges for the graph rewrite and
+automatic loss scaling to switch on when the program imports TensorFlow (as the start-up
+hook does, so TensorFlow is imported when the program does it, after whatever environment
+it sets up first), and runs the program as ``__main__`` with its own arguments, as
+``python`` would.  A variable that is not a boolean is one line on stderr, exit status 2.
 """
 from __future__ import annotations
 
@@ -46,7 +48,15 @@ def main(argv=None) -> int:
         os.environ["TFAMP_REWRITE_DTYPE"] = args.dtype
     from . import activation
 
-    activation.activate_from_environment()
+    try:
+        activation.graph_rewrite_requested()
+        activation.loss_scaling_requested()
+    except ValueError as error:
+        print("tfamp-run: %s" % error, file=sys.stderr)
+        return 2
+    import tfamp_rewrite_startup
+
+    tfamp_rewrite_startup.activate_when_tensorflow_loads()
     if args.module:
         sys.argv = [args.module] + args.program
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)

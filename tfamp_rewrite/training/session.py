@@ -21,28 +21,14 @@ from __future__ import annotations
 import threading
 
 import tensorflow as tf
-from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
+from ..tf_compat import config_without_tf_amp
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
 from .shadow_graph import ShadowGraph, map_fetch_structure
 
 _tf1 = tf.compat.v1
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
 TF_SESSION_CLASSES = {"Session": _tf1.Session, "InteractiveSession": _tf1.InteractiveSession}
-_TF_AMP_FIELDS = ("auto_mixed_precision", "auto_mixed_precision_mkl", "auto_mixed_precision_cpu",
-                  "auto_mixed_precision_onednn_bfloat16")
-
-
-def config_without_tf_amp(config=None):
-    """A copy of ``config`` with every TensorFlow AMP rewrite turned OFF."""
-    result = config_pb2.ConfigProto()
-    if config is not None:
-        result.CopyFrom(config)
-    options = result.graph_options.rewrite_options
-    for field in _TF_AMP_FIELDS:
-        if field in rewriter_config_pb2.RewriterConfig.DESCRIPTOR.fields_by_name:
-            setattr(options, field, rewriter_config_pb2.RewriterConfig.OFF)
-    return result
 
 
 class _RewritingSession:
