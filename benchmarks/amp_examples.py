@@ -44,6 +44,7 @@ CONFIGS = {
     "amp": ("AMP", ["--use_tf_amp"], NATIVE),
     "amp_emulated": ("AMP emul.", ["--use_tf_amp"], EMULATE),
     "amp_xla": ("AMP+XLA", ["--use_tf_amp", "--use_xla"], NATIVE),
+    "amp_emulated_xla": ("AMP em.+XLA", ["--use_tf_amp", "--use_xla"], EMULATE),
 }
 
 
@@ -138,13 +139,13 @@ def table(results):
     """The table: one row per configuration, ratios against the first one."""
     base = results[0][1]
     base_graph = base["executed_graph"]
-    lines = ["%-9s %10s %8s %14s %8s %14s %8s %11s %s" % (
+    lines = ["%-11s %10s %8s %14s %8s %14s %8s %11s %s" % (
         "config", base["unit"], "vs " + results[0][0], "activ. MB/step", "vs " + results[0][0],
         "output MB/step", "vs " + results[0][0], "half convs", "XLA clusters")]
     for label, result in results:
         graph = result["executed_graph"]
         half = graph["half_compute_nodes"]
-        lines.append("%-9s %10.1f %8s %14.2f %8s %14.2f %8s %11s %s" % (
+        lines.append("%-11s %10.1f %8s %14.2f %8s %14.2f %8s %11s %s" % (
             label, result["throughput"], ratio(result["throughput"], base["throughput"]),
             graph["activation_bytes"] / 1e6, ratio(graph["activation_bytes"], base_graph["activation_bytes"]),
             graph["output_bytes"] / 1e6, ratio(graph["output_bytes"], base_graph["output_bytes"]),
