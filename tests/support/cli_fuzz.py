@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import hashlib
 import io
 import os
 import random
@@ -45,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import saved_graph_models as models  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from cli_helpers import digest  # noqa: E402
 from google.protobuf import text_format  # noqa: E402
 from tensorflow.core.framework import graph_pb2  # noqa: E402
 from tensorflow.core.protobuf import meta_graph_pb2  # noqa: E402
@@ -366,17 +366,6 @@ def load_saved_model(path: str, tally: Tally) -> None:
     config = tf1.ConfigProto(allow_soft_placement=True)
     with graph.as_default(), tf1.Session(graph=graph, config=config) as session:
         tf1.saved_model.loader.load(session, list(meta_graph.meta_info_def.tags), path)
-
-
-def digest(path: str) -> str:
-    sha = hashlib.sha256()
-    paths = [path] if os.path.isfile(path) else sorted(
-        os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
-    for item in paths:
-        sha.update(item.encode())
-        with open(item, "rb") as handle:
-            sha.update(handle.read())
-    return sha.hexdigest()
 
 
 # -- many cases -------------------------------------------------------------------------

@@ -178,7 +178,7 @@ class ApiTree:
                     return Resolved("value", [])
         unknown = False
         for base in node.bases:
-            chain = _dotted(base)
+            chain = dotted_name(base)
             if chain is None:
                 unknown = True
                 continue
@@ -241,7 +241,8 @@ def _blocks_of(statement):
     return [statement.body] + ([statement.orelse] if getattr(statement, "orelse", None) else [])
 
 
-def _dotted(node) -> Optional[Tuple[str, ...]]:
+def dotted_name(node) -> Optional[Tuple[str, ...]]:
+    """``('tf', 'compat', 'v1')`` for the expression ``tf.compat.v1``; None for anything else."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

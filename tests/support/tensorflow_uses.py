@@ -19,6 +19,8 @@ import collections
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from python_api_tree import dotted_name
+
 Use = collections.namedtuple("Use", "path line chain call")  # call: (positional, keywords) or None
 _FIELD_METHODS = ("HasField", "ClearField", "WhichOneof")
 
@@ -31,7 +33,7 @@ def tensorflow_uses(path: Path) -> List[Use]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or id(node) in inner:
             continue
-        chain = _expand(_dotted(node), aliases)
+        chain = _expand(dotted_name(node), aliases)
         if chain is None:
             continue
         call = calls.get(id(node))
@@ -79,7 +81,7 @@ def _aliases(tree, path) -> Tuple[Dict[str, Tuple[str, ...]], List[Use]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 \
                     and isinstance(node.targets[0], ast.Name) and node.targets[0].id not in aliases:
-                chain = _expand(_dotted(node.value), aliases)
+                chain = _expand(dotted_name(node.value), aliases)
                 if chain is not None:
                     aliases[node.targets[0].id] = chain
                     changed = True
@@ -92,11 +94,3 @@ def _expand(dotted: Optional[Tuple[str, ...]], aliases) -> Optional[Tuple[str, .
     return aliases[dotted[0]] + dotted[1:]
 
 
-def _dotted(node) -> Optional[Tuple[str, ...]]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return tuple([node.id] + parts[::-1])
-    return None
