@@ -8,7 +8,8 @@ commands work as they are::
 
 ``--use_tf_amp`` wraps the optimizer with ``tfamp_rewrite.enable_mixed_precision_graph_rewrite``
 (sessions then run the float16 rewrite, which needs a GPU of compute capability >= 7.0
-unless ``TFAMP_REWRITE_TARGET=cpu``).  Without ``--data_dir`` the data is synthetic.
+unless ``TFAMP_REWRITE_TARGET=cpu``; add ``TFAMP_REWRITE_NUMERICS=emulate`` there to compute
+as a Tensor Core GPU does, on float32 kernels).  Without ``--data_dir`` the data is synthetic.
 On a CPU keep it small: ``--image_size 32 --width 8 --blocks 1,1,1,1 --batch_size 8``.
 ``main(argv)`` returns the results dict that ``results_<mode>.json`` holds.
 """

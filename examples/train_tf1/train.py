@@ -14,7 +14,9 @@ the data with ``hvd.DistributedOptimizer`` around the (loss-scaled) optimizer, t
 rate scaled by the number of ranks, rank 0's initial variables broadcast to the others,
 and only rank 0 prints.
 
-On a machine without a Tensor Core GPU set TFAMP_REWRITE_TARGET=cpu to rewrite anyway.
+On a machine without a Tensor Core GPU set TFAMP_REWRITE_TARGET=cpu to rewrite anyway, and
+TFAMP_REWRITE_NUMERICS=emulate to compute as a Tensor Core GPU does (float32 kernels on values
+rounded to float16, about float32 speed) rather than on the CPU's slow float16 kernels.
 Prints progress (steps/s, loss, loss scale) and the final test accuracy; ``--json FILE``
 also writes them as JSON.
 """

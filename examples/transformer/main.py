@@ -8,7 +8,8 @@ Same flags and output as ``examples/resnet50/main.py``::
 The task (``transformer/data.py``) needs no download: masked positions of arithmetic
 token sequences.  ``--use_tf_amp`` goes through
 ``tfamp_rewrite.enable_mixed_precision_graph_rewrite``; on a machine without a Tensor
-Core GPU set ``TFAMP_REWRITE_TARGET=cpu``.  ``main(argv)`` returns the results dict.
+Core GPU set ``TFAMP_REWRITE_TARGET=cpu`` (and ``TFAMP_REWRITE_NUMERICS=emulate`` for a Tensor
+Core GPU's numerics on float32 kernels).  ``main(argv)`` returns the results dict.
 """
 from __future__ import annotations
 
