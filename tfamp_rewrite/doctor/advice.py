@@ -8,6 +8,11 @@ ReLU, lose nothing in half) that the rewrite holds in half, unscaled::
                         flush     = share with |g| * S < 2**min_subnormal_log2 (lost: 0 or one bit)
     recommended = 2**floor(log2(largest finite) - log2(max |g| over the steps) - margin_log2),
                   clipped to [1, 2**max_scale_log2]   # the largest power of two with headroom
+    vanishing        = gradient tensors whose every value lies more than float16's whole range
+                       (2**40) below the largest gradient: no scale reaches them, and they are
+                       0 to working precision (residual branches behind zero-initialised
+                       batch-norm scales, at the start of training); counted apart, and the
+                       fractions are of the others' values
     scaling needed   = flush at scale 1 > tolerance, or overflow at scale 1
     dynamic needed   = scaling needed, and the steps' largest gradients moved by more than
                        the margin (a scale fixed now would overflow, or waste range, later)
@@ -50,6 +55,8 @@ class LossScaleAdvice:
     at_recommended: ScaleCheck
     activation_unscaled: Optional[ScaleCheck]   # the activation gradients alone
     step_spread_log2: float            # log2(max / min) of the steps' largest gradients
+    vanishing_tensors: int             # gradient tensors out of reach of any scale (docstring)
+    vanishing_values: int
     scaling_needed: bool
     dynamic_needed: bool
     verdict: str
@@ -79,6 +86,9 @@ def advise(ranges: List[TensorRange], steps: List[StepRecord], limits: HalfLimit
     else:
         best = max_scale_log2
     best = min(max(best, 0), max_scale_log2)
+    reach = math.ceil(math.log2(limits.max_finite)) - limits.min_subnormal_log2
+    vanishing = [r for r in gradients if largest > 0 and r.max_abs < largest * 2.0 ** -reach]
+    gradients = [r for r in gradients if r not in vanishing]
     maxima = [s.gradient_max for s in steps if s.gradient_max]
     spread = math.log2(max(maxima) / min(maxima)) if maxima else 0.0
     scales = [s.scale for s in steps]
@@ -91,7 +101,9 @@ def advise(ranges: List[TensorRange], steps: List[StepRecord], limits: HalfLimit
         at_current=check_scale(gradients, limits, round(math.log2(current))) if current else None,
         at_recommended=check_scale(gradients, limits, best),
         activation_unscaled=check_scale(activations, limits, 0) if activations else None,
-        step_spread_log2=spread, scaling_needed=unscaled.flush > tolerance or unscaled.overflow > 0,
+        step_spread_log2=spread, vanishing_tensors=len(vanishing),
+        vanishing_values=sum(r.nonzero for r in vanishing),
+        scaling_needed=unscaled.flush > tolerance or unscaled.overflow > 0,
         dynamic_needed=False, verdict="")
     advice.dynamic_needed = advice.scaling_needed and spread > margin_log2
     advice.verdict = _verdict(advice, limits, len(steps), tolerance)

@@ -51,6 +51,7 @@ class Risk:
     category: Optional[str]
     role: str
     fraction: float                       # of its non-zero values
+    entire: bool                          # every non-zero value overflows / flushes
     scale: float                          # the scale it was judged at (gradients)
     max_abs: float
     min_abs_nonzero: Optional[float]
@@ -100,7 +101,8 @@ def find_risks(ranges: List[TensorRange], limits: HalfLimits, scale_log2: Callab
                                           (UNDERFLOW, flush, flush_threshold)):
             if fraction > threshold:
                 risks.append(Risk(kind=kind, tensor=r.tensor, node=r.node, op=r.op, category=r.category,
-                                  role=r.role, fraction=fraction, scale=2.0 ** shift, max_abs=r.max_abs,
+                                  role=r.role, fraction=fraction, entire=fraction == 1.0,
+                                  scale=2.0 ** shift, max_abs=r.max_abs,
                                   min_abs_nonzero=r.min_abs_nonzero, half_nodes=list(r.half_nodes),
                                   fix=fix_for(r.half_nodes)))
                 break

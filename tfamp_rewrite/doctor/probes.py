@@ -22,7 +22,8 @@ builds it (a name scope ``gradients``, ``gradients_1``, ... seeded by a ``Fill``
 Tensors that cannot be fetched from outside a loop or a branch are not probed: nodes in
 a while loop (reached from ``Enter`` before ``Exit``) or a ``cond`` branch (reached from
 ``Switch`` before ``Merge``), and constants (their values are known: the converter checks
-them itself).  ``ProbePlan.skipped`` counts them by reason.
+them itself).  ``ProbePlan.skipped`` counts them by reason.  A copy of a probed tensor
+(Identity, Reshape, ...) holds the same values: its readers join that tensor's probe.
 """
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ _LOOP_EXITS = frozenset({"Exit", "RefExit"})
 _BRANCH_ENTRIES = frozenset({"Switch", "RefSwitch"})
 _BRANCH_EXITS = frozenset({"Merge", "RefMerge"})
 _CONSTANTS = frozenset({"Const", "HostConst"})
+# Outputs holding exactly the values of their first input: probed through that input.
+_COPIES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", "Reshape", "Squeeze",
+                     "ExpandDims", "EnsureShape", "CheckNumerics"})
 # Readers of a tensor's shape only: holding it in half changes nothing they compute.
 _SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike"})
 
@@ -114,6 +118,7 @@ def plan_probes(graph_def, rewritten_def, report: RewriteReport,
                     readers.append(name)
     unfetchable = _in_control_flow(original)
     roles = _roles(original, weight_gradients)
+    _merge_copies(original, half_nodes, unfetchable)
     plan = ProbePlan()
     for (i, port), holders in sorted(half_nodes.items()):
         node = original.nodes[i]
@@ -127,6 +132,22 @@ def plan_probes(graph_def, rewritten_def, report: RewriteReport,
                                  half_nodes=[HalfNode(n, by_name[n].op, by_name[n].category)
                                              for n in holders]))
     return plan
+
+
+def _merge_copies(view: GraphView, half_nodes: Dict[Tuple[int, int], List[str]], unfetchable) -> None:
+    """A copy of a probed tensor (Identity, Reshape, ...) holds its values: one probe serves both."""
+    def source(tensor):
+        i, port = tensor
+        while (port == 0 and view.ops[i] in _COPIES and view.inputs[i] and i not in unfetchable
+               and view.inputs[i][0] in half_nodes and view.inputs[i][0][0] not in unfetchable):
+            i, port = view.inputs[i][0]
+        return i, port
+
+    for tensor in sorted(half_nodes):
+        root = source(tensor)
+        if root != tensor:
+            holders = half_nodes[root]
+            holders.extend(name for name in half_nodes.pop(tensor) if name not in holders)
 
 
 def _category(decisions, name: str) -> Optional[str]:

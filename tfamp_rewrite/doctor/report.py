@@ -95,9 +95,17 @@ class DoctorReport:
                 ("Underflow in %s (most non-zero values below 2^%d flush to zero):" % (
                     self.dtype, self.limits.min_subnormal_log2), self.underflow, "  none")):
             lines.append(title)
-            lines.extend(_risk_lines(risks[:max_rows], self.dtype) or [none])
-            if len(risks) > max_rows:
-                lines.append("  ... %d more in the JSON report" % (len(risks) - max_rows))
+            partial = [risk for risk in risks if not (risk.entire and risk.kind != OVERFLOW)]
+            entire = [risk for risk in risks if risk not in partial]
+            lines.extend(_risk_lines(partial[:max_rows], self.dtype) or ([] if entire else [none]))
+            if len(partial) > max_rows:
+                lines.append("  ... %d more in the JSON report" % (len(partial) - max_rows))
+            if entire:
+                names = ", ".join(risk.tensor for risk in entire[:3]) + (", ..." if len(entire) > 3 else "")
+                lines.append("  %d tensor(s) hold only values below 2^%d, all 0 in %s -- harmless where "
+                             "they are meant to be ~0 (zero-initialised scales, gradient-free biases), else "
+                             "keep them float32 (the JSON report has each fix): %s" % (
+                                 len(entire), self.limits.min_subnormal_log2, self.dtype, names))
         lines.extend(self._gradient_lines())
         if self.timing is not None and self.timing.probed_step_seconds:
             plain = self.timing.plain_step_seconds
@@ -120,11 +128,16 @@ class DoctorReport:
         if advice.activation_unscaled is not None:
             rows.append(("unscaled, activation gradients", advice.activation_unscaled))
         if advice.at_current is not None:
-            rows.append(("at scale %g (current)" % advice.current, advice.at_current))
-        rows.append(("at scale %g (recommended)" % advice.recommended, advice.at_recommended))
+            rows.append(("at scale %s (current)" % _scale(advice.current), advice.at_current))
+        rows.append(("at scale %s (recommended)" % _scale(advice.recommended), advice.at_recommended))
         for label, check in rows:
             lines.append("  %-34s %6.2f%% flush to zero, %6.2f%% subnormal, %6.3f%% overflow" % (
                 label + ":", 100 * check.flush, 100 * check.subnormal, 100 * check.overflow))
+        if advice.vanishing_tensors:
+            reach = math.ceil(math.log2(self.limits.max_finite)) - self.limits.min_subnormal_log2
+            lines.append("  (%d gradient tensor(s), %d value(s), lie entirely more than 2^%d below the "
+                         "largest gradient: beyond any scale's reach and 0 to working precision; not in the "
+                         "shares above)" % (advice.vanishing_tensors, advice.vanishing_values, reach))
         lines.append("Loss scale: recommended initial %g = 2^%d (largest gradient %.3g, kept %gx below "
                      "%.6g)" % (
             advice.recommended, round(math.log2(advice.recommended)), advice.max_gradient, advice.margin,
@@ -132,6 +145,11 @@ class DoctorReport:
         lines.append("  dynamic loss scaling needed: %s -- %s" % (
             "yes" if advice.dynamic_needed else "no", advice.verdict))
         return lines
+
+
+def _scale(value: float) -> str:
+    exponent = math.log2(value)
+    return "2^%d" % exponent if exponent == int(exponent) else "%g" % value
 
 
 def _risk_lines(risks: List[Risk], dtype: str) -> List[str]:

@@ -120,7 +120,7 @@ def _plot(report, args) -> bytes:
 
     try:
         return gradient_histogram_png(report, "%s: gradients held in %s over %d step(s)" % (
-            os.path.basename(args.module or args.program[0]), report.dtype, report.steps))
+            args.module or args.program[0], report.dtype, report.steps))
     except ValueError as error:
         raise ConversionError("--plot: %s (the program computed no gradient in half)" % error,
                               "Drop --plot, or probe steps that train") from None
