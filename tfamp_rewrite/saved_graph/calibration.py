@@ -19,7 +19,7 @@ tensor and the numbers that kept it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -82,13 +82,16 @@ def calibration_batches(path: str, inputs: List[GraphTensor]) -> List[List[np.nd
 
 
 def measure(saved: SavedGraph, io: GraphIO, rewritten_def, report, dtype: str,
-            batches: List[List[np.ndarray]]) -> Tuple[List[TensorRange], Dict[str, int]]:
-    """The ranges of the half-bound tensors over ``batches`` (the original graph, in float32)."""
+            batches: List[List[np.ndarray]], initial_values: Optional[dict] = None
+            ) -> Tuple[List[TensorRange], Dict[str, int]]:
+    """The ranges of the half-bound tensors over ``batches`` (the original graph, in float32;
+    ``initial_values``: a MetaGraph's variables without a checkpoint, as validation loads them)."""
     import tensorflow as tf
 
     plan = plan_probes(saved.graph_def, rewritten_def, report)
     accumulator = RangeAccumulator(limits_for(dtype))
-    with loaded_graph(saved, saved.path, saved.text, io, {}) as (session, tensors):
+    values = {} if initial_values is None else initial_values
+    with loaded_graph(saved, saved.path, saved.text, io, values) as (session, tensors):
         probe_ops = ProbeOps(session.graph, limits_for(dtype))
         probe_ops.add(plan.probes)
         outputs = [session.graph.get_tensor_by_name(name) for name in tensors["outputs"]]
@@ -110,10 +113,10 @@ def measure(saved: SavedGraph, io: GraphIO, rewritten_def, report, dtype: str,
 
 def calibrate(saved: SavedGraph, io: GraphIO, rewritten_def, report, dtype: str, path: str,
               batches: List[List[np.ndarray]], overflow_threshold: float = DEFAULT_OVERFLOW_THRESHOLD,
-              flush_threshold: float = DEFAULT_FLUSH_THRESHOLD
+              flush_threshold: float = DEFAULT_FLUSH_THRESHOLD, initial_values: Optional[dict] = None
               ) -> Tuple[Dict[str, KeptNode], CalibrationReport]:
     """``({node: KeptNode}, CalibrationReport)`` for the conversion ``rewritten_def`` / ``report``."""
-    ranges, skipped = measure(saved, io, rewritten_def, report, dtype, batches)
+    ranges, skipped = measure(saved, io, rewritten_def, report, dtype, batches, initial_values)
     risks = find_risks(ranges, limits_for(dtype), lambda _: 0, overflow_threshold, flush_threshold)
     ops = {n.name: n.op for risk in risks for n in risk.half_nodes}
     kept = {name: KeptNode(name, ops[name], CALIBRATION, reason)

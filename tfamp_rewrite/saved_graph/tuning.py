@@ -86,7 +86,8 @@ def tuned_conversion(saved: SavedGraph, options: ConvertOptions, prepared: Optio
     else:
         batches, label = [checker.validator.feeds], "the validation inputs, %s" % checker.validator.inputs
     kept, calibration = calibrate(saved, prepared.io, conversion.rewritten, conversion.report.rewrite,
-                                  options.dtype, label, batches, overflow_threshold, flush_threshold)
+                                  options.dtype, label, batches, overflow_threshold, flush_threshold,
+                                  checker.validator.initial_values if checker is not None else None)
     if kept:
         conversion = conversions.convert(saved, options, prepared, kept)
     tuning = None
