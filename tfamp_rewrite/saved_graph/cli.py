@@ -1,10 +1,12 @@
-"""``tfamp-rewrite``: convert saved graphs to mixed precision, and explain the decisions.
+"""``tfamp-rewrite``: convert saved graphs to mixed precision, explain the decisions, and doctor
+training programs.
 
-Argument parsing and the two commands only; the work is done by ``conversion`` (rewrite,
-constants, keep-io-types, Tensor Cores), ``formats`` / ``writer`` (files),
-``validate``, ``explain`` and ``dot``.  ``main(argv) -> exit status``:
+Argument parsing and the convert / explain commands only (``doctor``: ``doctor_command``);
+the work is done by ``conversion`` (rewrite, constants, keep-io-types, Tensor Cores),
+``tuning`` (calibration, auto-tuning), ``formats`` / ``writer`` (files), ``validate``,
+``explain`` and ``dot``.  ``main(argv) -> exit status``:
 
-* 0: done (``convert``: OUTPUT written; ``explain``: printed);
+* 0: done (``convert``: OUTPUT written; ``explain``, ``doctor``: printed);
 * 1: ``--validate`` found outputs beyond ``--rtol``/``--atol`` (OUTPUT not written);
 * 2: a problem with the command: one line on stderr naming it and the fix, nothing
   written (``ConversionError``, or an argument error) -- and, as a last resort, any other
