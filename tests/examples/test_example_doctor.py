@@ -1,4 +1,4 @@
-"""tfamp-rewrite doctor on the ResNet-50 and transformer examples, run small (tests/support/example_runs.py)."""
+"""tfamp-rewrite doctor on the ResNet-50 and transformer examples, run small (example_runs.py's flags)."""
 from __future__ import annotations
 
 import json
@@ -31,4 +31,4 @@ def test_the_doctor_probes_an_example_and_advises_a_loss_scale(tmp_path, name, f
     assert advice["current"] == 32768.0                         # tfamp-run's dynamic scale, read per step
     assert math.log2(advice["recommended"]).is_integer() and advice["at_recommended"]["overflow"] == 0
     assert advice["at_recommended"]["flush"] <= advice["unscaled"]["flush"]
-    assert "Loss scale: recommended initial" in completed.stdout
+    assert "Loss scale: " in completed.stdout and "dynamic loss scaling needed" in completed.stdout

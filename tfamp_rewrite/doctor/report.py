@@ -138,8 +138,9 @@ class DoctorReport:
             lines.append("  (%d gradient tensor(s), %d value(s), lie entirely more than 2^%d below the "
                          "largest gradient: beyond any scale's reach and 0 to working precision; not in the "
                          "shares above)" % (advice.vanishing_tensors, advice.vanishing_values, reach))
-        lines.append("Loss scale: recommended initial %g = 2^%d (largest gradient %.3g, kept %gx below "
-                     "%.6g)" % (
+        lines.append("Loss scale: %s %g = 2^%d (largest gradient %.3g, kept %gx below "
+                     "%.6g)" % ("recommended initial" if advice.scaling_needed else
+                                "none needed; the largest safe one would be",
             advice.recommended, round(math.log2(advice.recommended)), advice.max_gradient, advice.margin,
             self.limits.max_finite))
         lines.append("  dynamic loss scaling needed: %s -- %s" % (
