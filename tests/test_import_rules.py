@@ -1,6 +1,7 @@
 """The package's folders are its architecture: each capability imports only what it may.
 
-    basics (errors, dtypes, tf_compat)  <-  graph_rewrite  <-  training, saved_graph
+    basics (errors, dtypes, tf_compat)  <-  graph_rewrite  <-  doctor  <-  training, saved_graph
+    basics                              <-  graph_rewrite  <-  training, saved_graph
     basics                              <-  fused_op       <-  training
 
 The front doors at the top (``__init__``, ``__main__``, the ``run`` alias) may import
@@ -24,10 +25,11 @@ FRONT_DOOR = "front door"
 ALLOWED = {
     BASICS: {BASICS},
     "graph_rewrite": {BASICS, "graph_rewrite"},
+    "doctor": {BASICS, "graph_rewrite", "doctor"},
     "fused_op": {BASICS, "fused_op"},
-    "training": {BASICS, "graph_rewrite", "fused_op", "training"},
-    "saved_graph": {BASICS, "graph_rewrite", "saved_graph"},
-    FRONT_DOOR: {BASICS, "graph_rewrite", "fused_op", "training", "saved_graph", FRONT_DOOR},
+    "training": {BASICS, "graph_rewrite", "doctor", "fused_op", "training"},
+    "saved_graph": {BASICS, "graph_rewrite", "doctor", "saved_graph"},
+    FRONT_DOOR: {BASICS, "graph_rewrite", "doctor", "fused_op", "training", "saved_graph", FRONT_DOOR},
 }
 SHARED_BASICS = {"errors", "dtypes", "tf_compat"}
 FRONT_DOORS = {"__init__", "__main__", "run"}
@@ -131,8 +133,8 @@ def test_every_capability_imports_only_what_it_may():
 def test_every_module_belongs_to_a_known_capability():
     modules: Dict[str, str] = {m: capability_of(m) for m, _ in package_modules(REPO)}
     unknown = sorted(m for m, c in modules.items() if c not in ALLOWED)
-    assert not unknown, "modules outside the four capabilities and the basics: %s" % unknown
-    assert {"graph_rewrite", "training", "saved_graph", "fused_op", BASICS} <= set(modules.values())
+    assert not unknown, "modules outside the five capabilities and the basics: %s" % unknown
+    assert {"graph_rewrite", "doctor", "training", "saved_graph", "fused_op", BASICS} <= set(modules.values())
 
 
 UPWARD_IMPORTS = [
@@ -145,6 +147,10 @@ UPWARD_IMPORTS = [
      "    from tfamp_rewrite.training.devices import log_once\n", "imports tfamp_rewrite.training.devices"),
     ("fused_op_imports_graph_rewrite", "fused_op/op.py",
      "import tfamp_rewrite.graph_rewrite.report\n", "imports tfamp_rewrite.graph_rewrite.report"),
+    ("doctor_imports_training", "doctor/report.py",
+     "from ..training import activation\n", "(doctor) imports tfamp_rewrite.training.activation"),
+    ("graph_rewrite_imports_doctor", "graph_rewrite/rewrite.py",
+     "    from ..doctor.probes import plan_probes\n", "(graph_rewrite) imports tfamp_rewrite.doctor.probes"),
     ("graph_rewrite_imports_public_api", "graph_rewrite/painter.py",
      "from tfamp_rewrite import Session\n", "imports tfamp_rewrite.Session (front door)"),
 ]

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "DoctorReport": "doctor.report",
     "DynamicLossScale": "training.loss_scale",
     "FixedLossScale": "training.loss_scale",
     "GraphRewriteError": "errors",
@@ -23,6 +24,7 @@ _EXPORTS = {
     "RewriteResult": "graph_rewrite.rewrite",
     "Session": "training.session",
     "builtin_lists": "graph_rewrite.op_lists",
+    "diagnose": "training.diagnose",
     "disable_mixed_precision_graph_rewrite": "training.enable",
     "enable_mixed_precision_graph_rewrite": "training.enable",
     "fused_op_available": "fused_op.op",

@@ -357,7 +357,7 @@ def test_a_metagraph_is_checked_like_a_saved_model(tmp_path, capsys):
 
 # -- the backstop --------------------------------------------------------------------------
 def test_an_unexpected_exception_is_still_one_line(tmp_path, capsys, monkeypatch):
-    def broken(saved, options):
+    def broken(saved, options, *_, **__):
         raise TypeError("Cannot convert the argument `type_value`: 0 to a TensorFlow DType.")
 
     monkeypatch.setattr(conversion, "convert", broken)

@@ -10,10 +10,17 @@ import pytest
 import saved_graph_models as models
 from cli_helpers import run_main
 
+from tfamp_rewrite.doctor.advice import LossScaleAdvice, ScaleCheck
+from tfamp_rewrite.doctor.fixes import Fix, Risk
+from tfamp_rewrite.doctor.probes import HalfNode
+from tfamp_rewrite.doctor.ranges import TensorRange
+from tfamp_rewrite.doctor.report import DoctorReport, GradientSummary, Timing
 from tfamp_rewrite.graph_rewrite.emulation import EmulationReport
 from tfamp_rewrite.graph_rewrite.report import RewriteReport
 from tfamp_rewrite.graph_rewrite.tensor_cores import Dimension, TensorCoreOp, TensorCoreReport
 from tfamp_rewrite.saved_graph import conversion, report_schema
+from tfamp_rewrite.saved_graph.auto_tune import AutoTuneReport, Trial
+from tfamp_rewrite.saved_graph.calibration import CalibrationReport, KeptNode
 from tfamp_rewrite.saved_graph.constants import ConstantRange, ConstantReport, FoldedConstant
 from tfamp_rewrite.saved_graph.graph_io import GraphTensor
 from tfamp_rewrite.saved_graph.validate import OutputComparison, ValidationReport
@@ -79,8 +86,24 @@ def test_the_schema_rejects_a_missing_key(report, key):
     (ConstantReport, "ConstantReport"), (ConstantRange, "ConstantRange"), (FoldedConstant, "FoldedConstant"),
     (TensorCoreReport, "TensorCoreReport"), (TensorCoreOp, "TensorCoreOp"), (Dimension, "Dimension"),
     (ValidationReport, "ValidationReport"), (OutputComparison, "OutputComparison"),
-    (EmulationReport, "EmulationReport"),
+    (EmulationReport, "EmulationReport"), (CalibrationReport, "CalibrationReport"), (KeptNode, "KeptNode"),
+    (AutoTuneReport, "AutoTuneReport"), (Trial, "Trial"), (Risk, "Risk"), (Fix, "Fix"),
+    (HalfNode, "HalfNode"),
+    (DoctorReport, "doctor"), (TensorRange, "TensorRange"), (ScaleCheck, "ScaleCheck"),
+    (LossScaleAdvice, "LossScaleAdvice"), (GradientSummary, "GradientSummary"), (Timing, "Timing"),
 ])
 def test_the_schema_names_every_dataclass_field(cls, name):
-    schema = report_schema.SCHEMA if name is None else report_schema.DEFINITIONS[name]
+    schema = {None: report_schema.SCHEMA, "doctor": report_schema.DOCTOR_SCHEMA}.get(name) or \
+        report_schema.DEFINITIONS[name]
     assert set(schema["properties"]) == {field.name for field in dataclasses.fields(cls)}
+
+
+def test_the_doctor_schema_is_valid_and_closed():
+    jsonschema.Draft7Validator.check_schema(report_schema.DOCTOR_SCHEMA)
+    report = {"dtype": "float16", "target": "gpu", "steps": 0, "batches": 0, "tensors_probed": 0,
+              "skipped": {}, "scales": [], "overflow": [], "underflow": [], "gradients": None,
+              "loss_scale": None, "timing": None, "tensors": [], "notes": []}
+    validator = jsonschema.Draft7Validator(report_schema.DOCTOR_SCHEMA)
+    validator.validate(report)
+    assert list(validator.iter_errors(dict(report, surprise=1)))
+    assert list(validator.iter_errors(dict(report, steps="3")))

@@ -8,6 +8,9 @@ outputs, ``conversion`` runs the pass with ``keep_io_types``, exclusions and con
 folding (``constants``), ``writer`` writes atomically, ``validate`` compares the original
 and converted graphs on the same inputs, ``explain`` / ``dot`` turn the report into reason
 chains and pictures, and ``report_schema`` is the JSON schema of ``--report``.
+``calibration`` and ``auto_tune`` choose by data what stays float32 (``tuning`` runs them
+around ``conversion``), and ``doctor_command`` is ``tfamp-rewrite doctor``: it starts the
+training doctor in a child process.
 
-May import: the shared basics and ``graph_rewrite``.  Not ``training`` or ``fused_op``.
+May import: the shared basics, ``graph_rewrite`` and ``doctor``.  Not ``training`` or ``fused_op``.
 """

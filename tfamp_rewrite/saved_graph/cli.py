@@ -1,10 +1,12 @@
-"""``tfamp-rewrite``: convert saved graphs to mixed precision, and explain the decisions.
+"""``tfamp-rewrite``: convert saved graphs to mixed precision, explain the decisions, and doctor
+training programs.
 
-Argument parsing and the two commands only; the work is done by ``conversion`` (rewrite,
-constants, keep-io-types, Tensor Cores), ``formats`` / ``writer`` (files),
-``validate``, ``explain`` and ``dot``.  ``main(argv) -> exit status``:
+Argument parsing and the convert / explain commands only (``doctor``: ``doctor_command``);
+the work is done by ``conversion`` (rewrite, constants, keep-io-types, Tensor Cores),
+``tuning`` (calibration, auto-tuning), ``formats`` / ``writer`` (files), ``validate``,
+``explain`` and ``dot``.  ``main(argv) -> exit status``:
 
-* 0: done (``convert``: OUTPUT written; ``explain``: printed);
+* 0: done (``convert``: OUTPUT written; ``explain``, ``doctor``: printed);
 * 1: ``--validate`` found outputs beyond ``--rtol``/``--atol`` (OUTPUT not written);
 * 2: a problem with the command: one line on stderr naming it and the fix, nothing
   written (``ConversionError``, or an argument error) -- and, as a last resort, any other
@@ -75,6 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--batch-size", type=int, default=4, metavar="N",
                        help="size of unknown input dimensions for random inputs (default 4)")
     group.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    group = convert_parser.add_argument_group("precision by data")
+    group.add_argument("--calibration-data", metavar="FILE.npz",
+                       help="run the original graph on these inputs (one array per input, split along the "
+                       "first axis into batches of a fixed first dimension) and keep in float32 every node "
+                       "whose observed values would overflow or mostly flush to zero in half")
+    group.add_argument("--overflow-threshold", type=float, metavar="F",
+                       help="share of a tensor's values beyond the largest half value that keeps it float32 "
+                       "(default 0: any)")
+    group.add_argument("--flush-threshold", type=float, metavar="F",
+                       help="share of a tensor's non-zero values below the smallest half subnormal that "
+                       "keeps it float32 (default 0.5)")
+    group.add_argument("--auto-tune", action="store_true",
+                       help="find a small set of nodes to keep in float32 so that --validate passes (implies "
+                       "--validate): the range-based set, then bisection over the remaining half nodes in "
+                       "topological blocks; each node kept is reported with why")
+    group.add_argument("--max-trials", type=int, default=64, metavar="N",
+                       help="--auto-tune: at most N validations (default 64)")
     group = convert_parser.add_argument_group("output")
     group.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     group.add_argument("--force", action="store_true", help="convert even if INPUT is already converted")
@@ -95,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rewrite_options(explain_parser)
     _add_report_options(explain_parser)
     explain_parser.set_defaults(run=_run_explain, force=True)
+    from .doctor_command import add_doctor_parser
+
+    add_doctor_parser(commands)
     return parser
 
 
@@ -226,29 +248,55 @@ def _check_side_outputs(args) -> None:
         raise ConversionError("--radius %d is negative" % args.radius, "Pass 0 or more")
 
 
-def _run_convert(args) -> int:
-    from .conversion import convert
-    from .formats import read_saved_graph
-    from .graph_io import update_signatures
-    from .writer import check_output, stage_output
-
+def _check_tuning_options(args) -> None:
+    if args.auto_tune:
+        args.validate = True
     if args.input_data and not args.validate:
         raise ConversionError("--input-data is only used by --validate",
                               "Add --validate, or drop --input-data")
+    measured = args.calibration_data or args.auto_tune
+    for option, value, low, high in (("--overflow-threshold", args.overflow_threshold, 0.0, 1.0),
+                                     ("--flush-threshold", args.flush_threshold, 0.0, 1.0)):
+        if value is not None and not measured:
+            raise ConversionError("%s is only used with --calibration-data or --auto-tune" % option,
+                                  "Add --calibration-data FILE.npz or --auto-tune, or drop %s" % option)
+        if value is not None and not low <= value < high:
+            raise ConversionError("%s %g is not a share in [0, 1)" % (option, value), "Pass e.g. 0.5")
+    if args.max_trials < 1:
+        raise ConversionError("--max-trials %d is below 1" % args.max_trials, "Pass 1 or more")
+
+
+def _run_convert(args) -> int:
+    from .conversion import prepare
+    from .formats import read_saved_graph
+    from .graph_io import update_signatures
+    from .tuning import ConversionChecker, tuned_conversion
+    from .writer import check_output, stage_output
+
+    _check_tuning_options(args)
     if args.node and not args.dot:
         raise ConversionError("convert uses --node only to draw its neighbourhood with --dot",
                               "Add --dot FILE; for its reasons run: tfamp-rewrite explain INPUT --node NAME")
     saved = read_saved_graph(args.input, args.tag_set)
     check_output(saved, args.output, args.overwrite)
     _check_side_outputs(args)
-    conversion = convert(saved, _options(args))
+    options = _options(args)
+    prepared = prepare(saved, options)
+    checker = None
+    if args.validate:
+        checker = ConversionChecker(saved, prepared.io, args.dtype, args.output, args.numerics,
+                                    args.rtol, args.atol, args.input_data, args.batch_size, args.seed)
+    conversion = tuned_conversion(
+        saved, options, prepared, checker, args.calibration_data, args.auto_tune,
+        0.0 if args.overflow_threshold is None else args.overflow_threshold,
+        0.5 if args.flush_threshold is None else args.flush_threshold, args.max_trials)
     report = conversion.report
     staged = stage_output(saved, conversion.graph_def, args.output,
                           lambda meta: update_signatures(meta, conversion.graph_def),
                           stripped_default_attrs=args.compat == "tf1.15")
     try:
-        if args.validate:
-            report.validation = _validate(args, conversion, staged.temporary)
+        if checker is not None:
+            report.validation = checker.check(conversion, staged.temporary)
         if report.validation is not None and not report.validation.passed:
             staged.discard()
         else:
@@ -263,42 +311,14 @@ def _run_convert(args) -> int:
         print(report.summary())
     if report.output is None:
         sys.stderr.write("%s: validation failed: outputs differ beyond rtol=%g, atol=%g, so %s was not "
-                         "written. Loosen --rtol/--atol, or keep ops in float32 with --op-types-to-exclude "
-                         "or --nodes-to-exclude\n" % (PROG, report.validation.rtol, report.validation.atol,
-                                                      args.output))
+                         "written. Loosen --rtol/--atol, keep ops in float32 with --op-types-to-exclude "
+                         "or --nodes-to-exclude, or let --auto-tune find them\n" % (
+                             PROG, report.validation.rtol, report.validation.atol, args.output))
         return 1
     print("wrote %s: %s, %.1f MB (%.2fx the input's %.1f MB), converted in %.2f s" % (
         args.output, saved.describe(), report.output_bytes / 1e6,
         report.output_bytes / max(report.input_bytes, 1), report.input_bytes / 1e6, report.seconds))
     return 0
-
-
-def _validate(args, conversion, converted_path: str):
-    """Validates the staged OUTPUT, or an emulated copy of it staged beside it."""
-    from ..graph_rewrite.rewrite import emulate_rewritten
-    from .graph_io import update_signatures
-    from .validate import DEFAULT_TOLERANCE, validate, validation_numerics
-    from .writer import stage_output
-
-    numerics, why = validation_numerics(args.numerics)
-    default = DEFAULT_TOLERANCE[numerics, args.dtype]
-    rtol = default if args.rtol is None else args.rtol
-    atol = rtol if args.atol is None else args.atol
-    emulated = None
-    if numerics == "emulate":
-        graph_def, _ = emulate_rewritten(conversion.graph_def, conversion.report.rewrite)
-        emulated = stage_output(conversion.saved, graph_def, args.output,
-                                lambda meta: update_signatures(meta, graph_def))
-        converted_path = emulated.temporary
-    try:
-        report = validate(conversion.saved, converted_path, conversion.io, rtol, atol,
-                          input_data=args.input_data, batch_size=args.batch_size, seed=args.seed,
-                          converted_text=args.output.lower().endswith(".pbtxt"))
-    finally:
-        if emulated is not None:
-            emulated.discard()
-    report.numerics, report.numerics_reason = numerics, why
-    return report
 
 
 def _size(path: str) -> int:

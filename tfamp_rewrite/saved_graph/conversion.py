@@ -6,6 +6,7 @@
     refuse a graph that is already converted (unless options.force)
     io       = resolve_io(saved, ...)        # inputs, outputs, signature, Saver/init nodes
     excluded = nodes matching --nodes-to-exclude
+    excluded += nodes calibration / auto-tuning keep float32 (tuning.py), with their reasons
     repeat:                                  # at most a few rounds
         result = rewrite_graph_def(graph, fetches=outputs, feeds=inputs (keep-io-types),
                                    op_types_to_exclude, nodes_to_exclude=excluded,
@@ -22,6 +23,7 @@ Cores), the constants report and, with ``--validate``, the validation report.
 """
 from __future__ import annotations
 
+import copy
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -84,6 +86,8 @@ class ConversionReport:
     seconds: float = 0.0
     validation: Optional[object] = None    # validate.ValidationReport
     warnings: List[str] = field(default_factory=list)
+    calibration: Optional[object] = None   # calibration.CalibrationReport (--calibration-data)
+    auto_tune: Optional[object] = None     # auto_tune.AutoTuneReport (--auto-tune)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +103,10 @@ class ConversionReport:
             lines.extend("  %-6s %-32s %s -> %s" % (role, tensor.key, tensor.dtype, tensor.converted_dtype)
                          for tensor in tensors)
         lines.extend("warning: " + text for text in self.warnings)
+        if self.calibration is not None:
+            lines.extend(self.calibration.summary_lines())
+        if self.auto_tune is not None:
+            lines.extend(self.auto_tune.summary_lines())
         if self.validation is not None:
             lines.extend(self.validation.summary_lines())
         return "\n".join(lines)
@@ -112,10 +120,21 @@ class Conversion:
     io: GraphIO
     graph_def: object
     report: ConversionReport
+    rewritten: object = None   # the pass's own output (before constants are folded)
 
 
-def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
-    """Converts ``saved.graph_def`` in memory (see module docstring)."""
+@dataclass
+class Prepared:
+    """What every conversion of one input shares: its checks' warnings, I/O and exclusions."""
+
+    io: GraphIO
+    excluded: List[str]
+    warnings: List[str]
+    seconds: float
+
+
+def prepare(saved: SavedGraph, options: ConvertOptions) -> Prepared:
+    """Checks ``saved`` and resolves its inputs, outputs and ``--nodes-to-exclude``."""
     start = time.perf_counter()
     warnings = check_input(saved, options.op_types_to_exclude)
     if not options.force:
@@ -123,6 +142,20 @@ def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
     io = resolve_io(saved, options.inputs, options.outputs, options.signature)
     warnings += _unused_options(saved.graph_def, options)
     excluded = matching_nodes(saved.graph_def, options.nodes_to_exclude)
+    return Prepared(io, excluded, warnings, time.perf_counter() - start)
+
+
+def convert(saved: SavedGraph, options: ConvertOptions, prepared: Optional[Prepared] = None,
+            kept: Optional[Dict[str, object]] = None) -> Conversion:
+    """Converts ``saved.graph_def`` in memory (see module docstring).
+
+    ``kept``: ``{node: calibration.KeptNode}`` -- nodes excluded because calibration or
+    auto-tuning found they must stay float32 (their decisions say why).
+    """
+    start = time.perf_counter()
+    prepared = prepared or prepare(saved, options)
+    io, warnings = copy.deepcopy(prepared.io), list(prepared.warnings)
+    excluded = list(prepared.excluded) + [name for name in (kept or {}) if name not in prepared.excluded]
     result, out_of_range, kept_constants = _rewrite(saved, io, options, excluded)
     graph_def = result.graph_def
     report = result.report
@@ -133,6 +166,7 @@ def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
         report.notes.append("%d constant(s) folded into %s; the counts above include their Casts" % (
             constants.folded, options.dtype))
     _explain_boundaries(report, io, options.keep_io_types)
+    _explain_kept(report, kept or {})
     _explain_out_of_range(report, out_of_range)
     _explain_folded(report, constants)
     if not options.keep_io_types:
@@ -151,8 +185,8 @@ def convert(saved: SavedGraph, options: ConvertOptions) -> Conversion:
         excluded_op_types=list(options.op_types_to_exclude),
         included_op_types=list(options.op_types_to_include), rewrite=report, constants=constants,
         input_bytes=saved.size, warnings=warnings)
-    conversion_report.seconds = time.perf_counter() - start
-    return Conversion(saved, io, graph_def, conversion_report)
+    conversion_report.seconds = time.perf_counter() - start + prepared.seconds
+    return Conversion(saved, io, graph_def, conversion_report, result.graph_def)
 
 
 def _rewrite(saved: SavedGraph, io: GraphIO, options: ConvertOptions, excluded: List[str]):
@@ -201,6 +235,16 @@ def _explain_boundaries(report: RewriteReport, io: GraphIO, keep_io_types: bool)
     for decision in report.decisions:
         if decision.name in roles and decision.reason in ("preserved: fetch", "preserved: feed"):
             decision.reason = "preserved: %s" % roles[decision.name]
+
+
+def _explain_kept(report: RewriteReport, kept: Dict[str, object]) -> None:
+    """Nodes calibration or auto-tuning kept float32 get its reason."""
+    for decision in report.decisions:
+        node = kept.get(decision.name)
+        if node is not None:
+            label = "calibration" if node.rule == "calibration" else "auto-tune"
+            decision.reason = "kept float32 by %s: %s" % (label, node.reason)
+            decision.rule = node.rule
 
 
 def _explain_out_of_range(report: RewriteReport, out_of_range: Dict[str, str]) -> None:

@@ -1,9 +1,11 @@
-"""JSON Schema (draft-07) of the report ``tfamp-rewrite convert/explain --report FILE.json`` writes.
+"""JSON Schemas (draft-07) of the reports ``tfamp-rewrite ... --report FILE.json`` writes.
+
+``SCHEMA``: ``convert`` and ``explain``; ``DOCTOR_SCHEMA``: ``doctor``.
 
 ``SCHEMA`` is the contract for tools that read reports: every object lists its required
 keys and their types.  Objects of this command line are closed (no other keys); the
 rewrite's own ``RewriteReport`` is open, so the pass may grow fields.
-``python -m tfamp_rewrite.saved_graph.report_schema`` prints it.
+``python -m tfamp_rewrite.saved_graph.report_schema [doctor]`` prints one.
 """
 from __future__ import annotations
 
@@ -88,6 +90,56 @@ DEFINITIONS = {
                                 "rounded_outputs": {"type": "object", "additionalProperties": STRING}}),
 }
 
+_ROLE = {"enum": ["forward", "activation_gradient", "weight_gradient"]}
+_CATEGORY = {"enum": ["allow", "infer", "deny", "clear", None]}
+_COUNTS = {"type": "object", "additionalProperties": INTEGER}
+_HISTOGRAM = _array({"type": "array", "items": INTEGER, "minItems": 2, "maxItems": 2})
+
+# The precision doctor's objects: in --report of `doctor`, and (Risk, HalfNode, Fix) in
+# a conversion's calibration report.
+DOCTOR_DEFINITIONS = {
+    "HalfNode": _object({"name": STRING, "op": STRING, "category": _CATEGORY}),
+    "Fix": _object({"nodes": STRINGS, "env": STRING,
+                    "lists": {"type": "object", "additionalProperties": STRINGS},
+                    "nodes_to_exclude": STRINGS}),
+    "Risk": _object({"kind": {"enum": ["overflow", "underflow"]}, "tensor": STRING, "node": STRING,
+                     "op": STRING,
+                     "category": _CATEGORY, "role": _ROLE, "fraction": NUMBER, "entire": BOOLEAN,
+                     "scale": NUMBER,
+                     "max_abs": NULLABLE_NUMBER, "min_abs_nonzero": NULLABLE_NUMBER,
+                     "half_nodes": _array(_ref("HalfNode")), "fix": _nullable("Fix")}),
+    "TensorRange": _object({"tensor": STRING, "node": STRING, "op": STRING, "category": _CATEGORY,
+                            "role": _ROLE,
+                            "half_nodes": _array(_ref("HalfNode")), "runs": INTEGER, "elements": INTEGER,
+                            "zeros": INTEGER, "nonfinite": INTEGER, "max_abs": NULLABLE_NUMBER,
+                            "min_abs_nonzero": NULLABLE_NUMBER, "overflow": INTEGER,
+                            "run_scale_log2": NULLABLE_INTEGER, "histogram": _HISTOGRAM}),
+    "ScaleCheck": _object({"scale": NUMBER, "overflow": NUMBER, "subnormal": NUMBER, "flush": NUMBER}),
+    "LossScaleAdvice": _object({
+        "recommended": NUMBER, "margin": NUMBER, "max_gradient": NULLABLE_NUMBER, "current": NULLABLE_NUMBER,
+        "unscaled": _ref("ScaleCheck"), "at_current": _nullable("ScaleCheck"),
+        "at_recommended": _ref("ScaleCheck"), "activation_unscaled": _nullable("ScaleCheck"),
+        "step_spread_log2": NUMBER, "vanishing_tensors": INTEGER, "vanishing_values": INTEGER,
+        "scaling_needed": BOOLEAN, "dynamic_needed": BOOLEAN, "verdict": STRING}),
+    "GradientSummary": _object({"tensors": INTEGER, "activation_tensors": INTEGER, "weight_tensors": INTEGER,
+                                "values": INTEGER, "zeros": INTEGER, "activation_zeros": INTEGER,
+                                "activation_histogram": _HISTOGRAM, "weight_histogram": _HISTOGRAM}),
+    "Timing": _object({"probed_step_seconds": NULLABLE_NUMBER, "plain_step_seconds": NULLABLE_NUMBER,
+                       "probed_steps": INTEGER, "plain_steps": INTEGER}),
+}
+DEFINITIONS.update(DOCTOR_DEFINITIONS)
+DEFINITIONS.update({
+    "KeptNode": _object({"name": STRING, "op": STRING, "rule": {"enum": ["calibration", "auto_tune"]},
+                         "reason": STRING}),
+    "CalibrationReport": _object({"data": STRING, "batches": INTEGER, "overflow_threshold": NUMBER,
+                                  "flush_threshold": NUMBER, "tensors_probed": INTEGER, "skipped": _COUNTS,
+                                  "at_risk": _array(_ref("Risk")), "kept": _array(_ref("KeptNode"))}),
+    "Trial": _object({"what": STRING, "kept": INTEGER, "passed": BOOLEAN, "max_abs_error": NULLABLE_NUMBER}),
+    "AutoTuneReport": _object({"rtol": NUMBER, "atol": NUMBER, "start": INTEGER, "candidates": INTEGER,
+                               "passed": BOOLEAN, "trials": _array(_ref("Trial")),
+                               "kept": _array(_ref("KeptNode"))}),
+})
+
 SCHEMA = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "title": "tfamp-rewrite conversion report",
@@ -100,9 +152,24 @@ SCHEMA = {
         "outputs": _array(_ref("GraphTensor")), "excluded_nodes": STRINGS, "excluded_op_types": STRINGS,
         "included_op_types": STRINGS, "rewrite": _ref("RewriteReport"), "constants": _ref("ConstantReport"),
         "input_bytes": INTEGER, "output_bytes": NULLABLE_INTEGER, "seconds": NUMBER,
-        "validation": _nullable("ValidationReport"), "warnings": STRINGS}),
+        "validation": _nullable("ValidationReport"), "warnings": STRINGS,
+        "calibration": _nullable("CalibrationReport"), "auto_tune": _nullable("AutoTuneReport")}),
+}
+
+DOCTOR_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "tfamp-rewrite doctor report",
+    "definitions": DOCTOR_DEFINITIONS,
+    **_object({
+        "dtype": {"enum": ["float16", "bfloat16"]}, "target": {"enum": ["gpu", "cpu"]}, "steps": INTEGER,
+        "batches": INTEGER, "tensors_probed": INTEGER, "skipped": _COUNTS, "scales": _array(NUMBER),
+        "overflow": _array(_ref("Risk")), "underflow": _array(_ref("Risk")),
+        "gradients": _nullable("GradientSummary"), "loss_scale": _nullable("LossScaleAdvice"),
+        "timing": _nullable("Timing"), "tensors": _array(_ref("TensorRange")), "notes": STRINGS}),
 }
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print(json.dumps(SCHEMA, indent=1))
+    import sys
+
+    print(json.dumps(DOCTOR_SCHEMA if sys.argv[1:] == ["doctor"] else SCHEMA, indent=1))

@@ -21,6 +21,7 @@ accumulate differently per CPU and are far slower, hence their looser default to
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -108,26 +109,51 @@ class ValidationReport:
         return lines
 
 
+class Validator:
+    """Compares converted graphs with ``original`` on the same inputs; the original runs once."""
+
+    def __init__(self, original: SavedGraph, io: GraphIO, rtol: float, atol: float,
+                 input_data: Optional[str] = None, batch_size: int = 4, seed: int = 0, timed_runs: int = 3):
+        self.original, self.io, self.rtol, self.atol, self.timed_runs = original, io, rtol, atol, timed_runs
+        self.feeds = (load_input_data(input_data, io.inputs) if input_data
+                      else random_inputs(io.inputs, batch_size, seed))
+        self.inputs = input_data or "random inputs (seed %d, %s)" % (
+            seed, "unknown dimensions = %d" % batch_size)
+        self.initial_values: Dict[str, np.ndarray] = {}  # MetaGraph variables without a checkpoint
+        self._expected = None
+
+    def expected(self):
+        """``(outputs, best seconds)`` of the original graph (run on first use)."""
+        if self._expected is None:
+            self._expected = _run(self.original, self.original.path, self.original.text, self.io, self.feeds,
+                                  self.timed_runs, self.initial_values)
+        return self._expected
+
+    def check(self, converted_path: str, converted_text: bool = False,
+              timed_runs: Optional[int] = None, io: Optional[GraphIO] = None) -> ValidationReport:
+        """The ValidationReport of the converted graph at ``converted_path`` (same format;
+        ``io``: that conversion's inputs and outputs, for their converted dtypes)."""
+        before, seconds_original = self.expected()
+        report = ValidationReport(rtol=self.rtol, atol=self.atol, inputs=self.inputs,
+                                  seconds_original=seconds_original)
+        after, report.seconds_converted = _run(
+            self.original, converted_path, converted_text, self.io, self.feeds,
+            self.timed_runs if timed_runs is None else timed_runs, self.initial_values)
+        for tensor, expected, actual in zip((io or self.io).outputs, before, after):
+            comparison = compare(tensor.key, expected, actual, self.rtol, self.atol)
+            comparison.converted_dtype = tensor.converted_dtype or comparison.converted_dtype
+            report.outputs.append(comparison)
+            report.passed = report.passed and comparison.passed
+        return report
+
+
 def validate(original: SavedGraph, converted_path: str, io: GraphIO, rtol: float, atol: float,
              input_data: Optional[str] = None, batch_size: int = 4, seed: int = 0,
              timed_runs: int = 3, converted_text: bool = False) -> ValidationReport:
     """Compares ``original`` with the converted graph at ``converted_path`` (same format;
     ``converted_text``: a converted GraphDef is in text format)."""
-    feeds = (load_input_data(input_data, io.inputs) if input_data
-             else random_inputs(io.inputs, batch_size, seed))
-    report = ValidationReport(rtol=rtol, atol=atol, inputs=input_data or "random inputs (seed %d, %s)" % (
-        seed, "unknown dimensions = %d" % batch_size))
-    initial_values: Dict[str, np.ndarray] = {}  # MetaGraph variables without a checkpoint
-    before, report.seconds_original = _run(original, original.path, original.text, io, feeds,
-                                           timed_runs, initial_values)
-    after, report.seconds_converted = _run(original, converted_path, converted_text, io, feeds,
-                                           timed_runs, initial_values)
-    for tensor, expected, actual in zip(io.outputs, before, after):
-        comparison = compare(tensor.key, expected, actual, rtol, atol)
-        comparison.converted_dtype = tensor.converted_dtype or comparison.converted_dtype
-        report.outputs.append(comparison)
-        report.passed = report.passed and comparison.passed
-    return report
+    return Validator(original, io, rtol, atol, input_data, batch_size, seed, timed_runs).check(
+        converted_path, converted_text)
 
 
 def compare(name: str, expected, actual, rtol: float, atol: float) -> OutputComparison:
@@ -194,21 +220,39 @@ def load_input_data(path: str, inputs: List[GraphTensor]) -> List[np.ndarray]:
     return arrays
 
 
-def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_runs: int, initial_values):
-    """Loads the graph at ``path`` as ``saved.kind``; returns (outputs, best seconds)."""
+@contextlib.contextmanager
+def loaded_graph(saved: SavedGraph, path: str, text: bool, io: GraphIO, initial_values):
+    """Loads the graph at ``path`` as ``saved.kind`` into a plain session.
+
+    Yields ``(session, {"inputs": [tensor names], "outputs": [tensor names]})``; variables
+    are restored (or initialised as ``_restore_variables`` says).
+    """
     import tensorflow as tf
 
     graph = tf.compat.v1.Graph()
     with graph.as_default(), plain_session(graph) as session:
-        tensors = _load(saved, path, text, session, io, initial_values)
-        feed_dict = {}
-        for tensor_name, value in zip(tensors["inputs"], feeds):
-            dtype = graph.get_tensor_by_name(tensor_name).dtype.as_numpy_dtype
-            feed_dict[tensor_name] = np.asarray(value).astype(dtype)
+        yield session, _load(saved, path, text, session, io, initial_values)
+
+
+def input_feed(session, tensors: Dict[str, List[str]], values) -> dict:
+    """The feed dict of ``values`` for the loaded graph's inputs, in their dtypes."""
+    feed_dict = {}
+    for tensor_name, value in zip(tensors["inputs"], values):
+        dtype = session.graph.get_tensor_by_name(tensor_name).dtype.as_numpy_dtype
+        feed_dict[tensor_name] = np.asarray(value).astype(dtype)
+    return feed_dict
+
+
+def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_runs: int, initial_values):
+    """Loads the graph at ``path`` as ``saved.kind``; returns (outputs, best seconds)."""
+    import tensorflow as tf
+
+    with loaded_graph(saved, path, text, io, initial_values) as (session, tensors):
+        feed_dict = input_feed(session, tensors, feeds)
         fetches = tensors["outputs"]
         try:
             outputs = session.run(fetches, feed_dict)
-            best = float("inf")
+            best = float("inf") if timed_runs else 0.0
             for _ in range(timed_runs):
                 start = time.perf_counter()
                 session.run(fetches, feed_dict)

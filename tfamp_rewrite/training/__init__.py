@@ -7,6 +7,10 @@ what builds on it construct ``session.Session``, which runs a rewritten copy of 
 graph (``shadow_graph``) on the devices ``devices`` allows.  ``TF_ENABLE_AUTO_MIXED_PRECISION``
 reaches the same switch through the start-up hook or ``run`` (``tfamp-run``).
 
-May import: the shared basics, ``graph_rewrite`` (the pass it runs) and ``fused_op`` (the
-unscale-and-check step of loss scaling).  Not ``saved_graph``.
+The precision doctor's front doors are here too: ``diagnose`` (on a private copy of a
+loss's graph) and ``doctor_session`` / ``doctor_state`` / ``doctor_run`` (sessions that
+probe a program's float32 graph in place of the rewrite).
+
+May import: the shared basics, ``graph_rewrite`` (the pass it runs), ``doctor`` (the probes)
+and ``fused_op`` (the unscale-and-check step of loss scaling).  Not ``saved_graph``.
 """

@@ -6,6 +6,9 @@
   TensorFlow changes (TensorFlow's own ``super(Session, self)`` calls keep working) and
   ``isinstance(sess, tf.compat.v1.Session)`` still holds.  Only sessions created while it
   is on rewrite (as TensorFlow's ``BaseSession`` reads its flag at construction).
+* The precision doctor (``set_doctor``): while set, the same constructors yield
+  ``doctor_session``'s sessions, which run the float32 graph and measure what the
+  rewrite would hold in half (``tfamp-rewrite doctor``).
 * Automatic loss scaling: while on, every ``tf.compat.v1.train.Optimizer`` scales its loss
   and skips non-finite steps by itself, through a ``LossScaleOptimizer`` it creates around
   itself on first use -- NVIDIA's TF 1.15 behaviour under
@@ -49,6 +52,7 @@ _lock = threading.RLock()
 _original_methods: Dict[str, object] = {}  # TensorFlow's Optimizer methods, captured once
 _graph_rewrite = False
 _loss_scaling = False
+_doctor = None  # the precision doctor's run, while sessions probe instead of rewriting
 
 
 def _tensorflow_v1():
@@ -89,7 +93,11 @@ def _constructing(original):
     looked up at construction, when every import has long finished.
     """
     def __new__(cls, *args, **kwargs):
-        if cls is original and _graph_rewrite:
+        if cls is original and _doctor is not None:
+            from . import doctor_session
+
+            cls = getattr(doctor_session, original.__name__)
+        elif cls is original and _graph_rewrite:
             from . import session
 
             cls = getattr(session, original.__name__)
@@ -101,6 +109,22 @@ def _constructing(original):
 
 def _is_ours(new) -> bool:
     return getattr(getattr(new, "__func__", None), _NEW_MARKER, False)
+
+
+# -- the precision doctor ------------------------------------------------------------------
+def set_doctor(run) -> None:
+    """Sessions constructed while ``run`` is set probe for it (``doctor_session``); None ends it.
+
+    It takes precedence over the graph rewrite and imports nothing: sessions switch once
+    the graph-rewrite switch has installed its ``__new__`` (``activate_from_environment``).
+    """
+    global _doctor
+    _doctor = run
+
+
+def doctor_run():
+    """The precision doctor's run that new sessions probe for, or None."""
+    return _doctor
 
 
 # -- automatic loss scaling ---------------------------------------------------------------
@@ -198,6 +222,7 @@ def activate_from_environment(environ: Mapping[str, str] = None) -> None:
 
 
 def deactivate() -> None:
-    """Turns both switches off, restoring TensorFlow exactly."""
+    """Turns both switches (and the doctor) off, restoring TensorFlow exactly."""
+    set_doctor(None)
     disable_graph_rewrite()
     disable_loss_scaling()

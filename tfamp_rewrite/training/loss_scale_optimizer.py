@@ -60,6 +60,11 @@ _APPLY_TIME_COMMUNICATORS = {
     "_DistributedAdasumOptimizer": "Horovod's Adasum allreduces in apply_gradients",
 }
 
+# The graph collection holding each loss-scale tensor compute_gradients multiplied a loss by
+# (the same tensor unscales its gradients), so a reader -- the precision doctor -- can fetch
+# the exact scale a step used.
+LOSS_SCALE_COLLECTION = "tfamp_rewrite_loss_scale"
+
 # Depth of LossScaleOptimizer calls into the optimizers they wrap, per thread.
 _delegation = threading.local()
 
@@ -219,6 +224,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     ):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
         scale = self._loss_scale()
+        _tf.add_to_collection(LOSS_SCALE_COLLECTION, scale)
         with _delegating():
             grads_and_vars = list(self._optimizer.compute_gradients(
                 _scaled_loss(loss, scale),

@@ -57,19 +57,25 @@ def main(argv=None) -> int:
     import tfamp_rewrite_startup
 
     tfamp_rewrite_startup.activate_when_tensorflow_loads()
-    if args.module:
-        sys.argv = [args.module] + args.program
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    if not args.module and not os.path.isfile(args.program[0]):
+        print("tfamp-run: %s: no such file; pass a Python script (or -m module)" % args.program[0],
+              file=sys.stderr)
+        return 2
+    run_program(args.module, args.program)
+    return 0
+
+
+def run_program(module, program) -> None:
+    """Runs ``module`` (with ``program`` as its arguments) or the script ``program[0]`` as
+    ``__main__``, with ``sys.argv`` and ``sys.path`` as ``python`` would set them."""
+    if module:
+        sys.argv = [module] + list(program)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
-        script = args.program[0]
-        if not os.path.isfile(script):
-            print("tfamp-run: %s: no such file; pass a Python script (or -m module)" % script,
-                  file=sys.stderr)
-            return 2
-        sys.argv = list(args.program)
+        script = program[0]
+        sys.argv = list(program)
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
         runpy.run_path(script, run_name="__main__")
-    return 0
 
 
 if __name__ == "__main__":

@@ -37,15 +37,17 @@ class _RewritingSession:
     def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None):
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
-        dtype = session_dtype(dtype)
-        numerics = session_numerics(numerics)
-        rewrite_target, why = session_rewrite_target(dtype)
-        self._shadow = (ShadowGraph(self._user_graph, rewrite_target, dtype, numerics)
-                        if rewrite_target else None)
-        if self._shadow is None:
-            log_once("tfamp_rewrite: " + why)
+        self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics))
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
+
+    def _make_shadow(self, dtype: str, numerics: str):
+        """The ShadowGraph this session runs, or None (the user graph runs unchanged)."""
+        rewrite_target, why = session_rewrite_target(dtype)
+        if not rewrite_target:
+            log_once("tfamp_rewrite: " + why)
+            return None
+        return ShadowGraph(self._user_graph, rewrite_target, dtype, numerics)
 
     # -- what the rest of TensorFlow sees -------------------------------------------
     @property

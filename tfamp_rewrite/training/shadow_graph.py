@@ -64,13 +64,23 @@ class ShadowGraph:
             self.reports.append(result.report)
             if result.report.emulation is not None:
                 self._rounded.update(result.report.emulation.rounded_outputs)
+            to_import = self._graph_to_import(graph_def, result)
             if self._imported:
-                self._import_additions(graph_def, result.graph_def)
+                self._import_additions(graph_def, to_import)
             else:
                 with self.graph.as_default():
-                    tf.import_graph_def(result.graph_def, name="")
-                self._imported.update(node.name for node in result.graph_def.node)
+                    tf.import_graph_def(to_import, name="")
+                self._imported.update(node.name for node in to_import.node)
             self._version = version
+            self._synced(graph_def, result)
+
+    def _graph_to_import(self, graph_def, result):
+        """What the private graph holds: the rewrite (a subclass may keep the user's graph)."""
+        del graph_def
+        return result.graph_def
+
+    def _synced(self, graph_def, result) -> None:
+        """Called after each import, with the user's graph and its rewrite (for subclasses)."""
 
     def _import_additions(self, user_def, rewritten_def) -> None:
         new = {node.name for node in user_def.node} - self._imported

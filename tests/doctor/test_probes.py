@@ -1,0 +1,79 @@
+"""plan_probes: which tensors are half-bound, who holds them in half, and what role each plays."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from model_graphs import control_flow_v1
+
+from tfamp_rewrite.doctor.probes import ACTIVATION_GRADIENT, FORWARD, WEIGHT_GRADIENT, plan_probes
+from tfamp_rewrite.graph_rewrite.rewrite import rewrite_graph_def
+
+tf1 = tf.compat.v1
+
+
+def plan_of(graph, **kwargs):
+    graph_def = graph.as_graph_def()
+    result = rewrite_graph_def(graph_def, target="gpu")
+    return plan_probes(graph_def, result.graph_def, result.report, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def training_graph():
+    """x -> mm (MatMul) -> sq = mm * mm (Mul) -> sum -> loss; plain SGD."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf1.get_variable("w", initializer=np.ones([8, 4], np.float32))
+        mm = tf.linalg.matmul(x, w, name="mm")
+        loss = tf.reduce_sum(tf.multiply(mm, mm, name="sq"), name="loss")
+        tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return graph
+
+
+def test_outputs_of_converted_nodes_and_half_reads_of_float_tensors_are_probed(training_graph):
+    probes = {p.tensor: p for p in plan_of(training_graph).probes}
+    assert {"x:0", "mm:0", "sq:0"} <= set(probes)
+    # mm's output is held in half by mm itself and by its converted reader sq
+    assert [n.name for n in probes["mm:0"].half_nodes][:2] == ["mm", "sq"]
+    assert probes["mm:0"].category == "allow" and probes["sq:0"].category == "infer"
+    # the placeholder stays float32 but the MatMul reads it through a Cast to half
+    assert probes["x:0"].op == "Placeholder" and "mm" in [n.name for n in probes["x:0"].half_nodes]
+    # Shape only reads the shape: never a reason to keep a tensor float32
+    assert all(n.op != "Shape" for p in probes.values() for n in p.half_nodes)
+
+
+def test_roles_follow_the_gradient_seed(training_graph):
+    roles = {p.tensor: p.role for p in plan_of(training_graph).probes}
+    assert roles["mm:0"] == roles["sq:0"] == roles["x:0"] == FORWARD
+    assert roles["gradients/mm_grad/MatMul_1:0"] == WEIGHT_GRADIENT     # dL/dw, read by the optimizer
+    assert roles["gradients/mm_grad/MatMul:0"] == ACTIVATION_GRADIENT   # dL/dx
+    assert roles["gradients/sq_grad/Mul:0"] == ACTIVATION_GRADIENT
+
+
+def test_named_weight_gradients_count_as_such():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf1.get_variable("w", initializer=np.ones([8, 4], np.float32))
+        loss = tf.reduce_sum(tf.nn.relu(tf.linalg.matmul(x, w, name="mm")), name="loss")
+        (grad,) = tf1.gradients(loss, [w])
+    roles = {p.tensor: p.role for p in plan_of(graph).probes}
+    assert roles[grad.name] == ACTIVATION_GRADIENT   # nothing reads it yet
+    roles = {p.tensor: p.role for p in plan_of(graph, weight_gradients=[grad.name]).probes}
+    assert roles[grad.name] == WEIGHT_GRADIENT
+
+
+def test_tensors_inside_a_while_loop_are_not_probed():
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf1.placeholder(tf.float32, [4, 4], name="x")
+        w = tf.constant(np.eye(4, dtype=np.float32), name="w")
+        looped = tf1.while_loop(lambda i, v: i < 3,
+                                lambda i, v: (i + 1, tf.linalg.matmul(v, w, name="inner")),
+                                [tf.constant(0), x])[1]
+        tf.linalg.matmul(tf.identity(looped, name="after"), w, name="outer")
+    plan = plan_of(graph)
+    names = {p.node for p in plan.probes}
+    assert "outer" in names and not any("inner" in name for name in names)
+    assert plan.skipped.get("in a while loop", 0) > 0

@@ -1,0 +1,112 @@
+"""The range of each probed tensor as in-graph reductions, fetched together with a run.
+
+``ProbeOps(graph, limits)`` adds, per probed float32 tensor ``x`` of ``graph``::
+
+    a      = |x|
+    bins   = 256 if a == 0 else float32 exponent field of a     (bitcast, shift: 0..255)
+    counts = bincount(bins, 257) ++ [count(a > largest finite half value)]    # int32[258]
+    extrema = [max(a), min(a where a != 0)]                                    # float32[2]
+
+so one fetch of a few hundred integers per tensor carries its magnitude histogram (bin
+``b`` holds ``2**(b-127) <= |x| < 2**(b-126)``; 0: float32 subnormals; 255: inf/nan), its
+zeros and its overflows.  ``select(elements, fed)`` tells which probes a run computes
+anyway (its tensors are ancestors of what it fetches, or fed values it reads), so probing never
+makes a run compute more than it asked for; ``fetches(ids)`` stacks their results into
+two tensors.  Both are cached: a training loop repeats the same run.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from .limits import HalfLimits
+from .probes import Probe
+
+tf1 = tf.compat.v1
+BINS = 258          # 256 float32 exponent fields, zeros, overflows
+ZERO_BIN = 256
+OVERFLOW_BIN = 257
+SCOPE = "tfamp_doctor/"
+
+
+class ProbeOps:
+    """Probe reductions in one ``tf.Graph`` (see module docstring)."""
+
+    def __init__(self, graph: tf.Graph, limits: HalfLimits):
+        self.graph = graph
+        self.limits = limits
+        self.probes: List[Probe] = []
+        self._tensors: List[tf.Tensor] = []
+        self._stats: List[Tuple[tf.Tensor, tf.Tensor]] = []
+        self._ids: Dict[str, int] = {}
+        self._selections: Dict[tuple, Tuple[int, ...]] = {}
+        self._bundles: Dict[Tuple[int, ...], Tuple[tf.Tensor, tf.Tensor]] = {}
+
+    def add(self, probes: Iterable[Probe]) -> int:
+        """Builds the reductions of ``probes`` not yet probed; returns how many were added."""
+        added = 0
+        with self.graph.as_default(), tf1.name_scope(SCOPE):
+            for probe in probes:
+                if probe.tensor in self._ids:
+                    continue
+                tensor = self.graph.get_tensor_by_name(probe.tensor)
+                if tensor.dtype != tf.float32:
+                    continue
+                self._ids[probe.tensor] = len(self.probes)
+                self.probes.append(probe)
+                self._tensors.append(tensor)
+                self._stats.append(_tensor_stats(tensor, self.limits.max_finite))
+                added += 1
+        self._selections.clear()
+        return added
+
+    def select(self, elements: Sequence, fed: Iterable = ()) -> Tuple[int, ...]:
+        """Ids of the probes whose tensors a run fetching ``elements`` computes (``fed`` aside)."""
+        fed_names = frozenset(t.name for t in fed)
+        key = (tuple(e.name for e in elements), fed_names)
+        cached = self._selections.get(key)
+        if cached is not None:
+            return cached
+        ancestors, fed_and_read = set(), set()
+        stack = [e.op if isinstance(e, tf.Tensor) else e for e in elements]
+        while stack:
+            op = stack.pop()
+            if op in ancestors:
+                continue
+            ancestors.add(op)
+            for t in op.inputs:
+                if t.name in fed_names:
+                    fed_and_read.add(t.name)
+                else:
+                    stack.append(t.op)
+            stack.extend(op.control_inputs)
+        # A fed tensor is probed where the run reads it: the probe reads the fed value.
+        selected = tuple(i for i, tensor in enumerate(self._tensors)
+                         if tensor.name in fed_and_read
+                         or (tensor.op in ancestors and tensor.name not in fed_names))
+        self._selections[key] = selected
+        return selected
+
+    def fetches(self, ids: Tuple[int, ...]) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``(counts int32[k, 258], extrema float32[k, 2])`` for the probes ``ids``, stacked."""
+        bundle = self._bundles.get(ids)
+        if bundle is None:
+            with self.graph.as_default(), tf1.name_scope(SCOPE):
+                bundle = (tf1.stack([self._stats[i][0] for i in ids], name="counts"),
+                          tf1.stack([self._stats[i][1] for i in ids], name="extrema"))
+            self._bundles[ids] = bundle
+        return bundle
+
+
+def _tensor_stats(tensor: tf.Tensor, largest: float) -> Tuple[tf.Tensor, tf.Tensor]:
+    values = tf1.abs(tf1.reshape(tensor, [-1]))
+    exponents = tf1.bitwise.bitwise_and(tf1.bitwise.right_shift(tf1.bitcast(values, tf.int32), 23), 255)
+    zero = tf1.equal(values, 0.0)
+    bins = tf1.where(zero, tf1.fill(tf1.shape(exponents), ZERO_BIN), exponents)
+    histogram = tf1.math.bincount(bins, minlength=ZERO_BIN + 1, maxlength=ZERO_BIN + 1)
+    overflow = tf1.cast(tf1.count_nonzero(tf1.greater(values, largest)), tf.int32)
+    counts = tf1.concat([histogram, tf1.reshape(overflow, [1])], 0)
+    smallest = tf1.reduce_min(tf1.where(zero, tf1.fill(tf1.shape(values), np.float32(np.inf)), values))
+    return counts, tf1.stack([tf1.reduce_max(values), smallest])
