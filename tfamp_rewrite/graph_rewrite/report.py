@@ -7,6 +7,7 @@ reasons can be followed), and one ``FunctionReport`` per function of the library
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional
 
@@ -133,3 +134,14 @@ class RewriteReport:
         if self.tensor_cores is not None:
             lines.extend(self.tensor_cores.summary_lines())
         return "\n".join(lines)
+
+
+def json_safe(value):
+    """A report's ``to_dict()`` with inf/nan floats as None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value

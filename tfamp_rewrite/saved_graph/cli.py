@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -346,27 +345,17 @@ def _run_explain(args) -> int:
 
 
 def _write_side_outputs(args, conversion) -> None:
+    from ..graph_rewrite.report import json_safe
     from .writer import write_file_atomically
 
     if args.report:
-        text = json.dumps(_json_safe(conversion.report.to_dict()), indent=1, sort_keys=True)
+        text = json.dumps(json_safe(conversion.report.to_dict()), indent=1, sort_keys=True)
         write_file_atomically(args.report, (text + "\n").encode("utf-8"))
     if args.dot:
         from .dot import graph_to_dot, write_dot
 
         write_dot(graph_to_dot(conversion.graph_def, conversion.report.rewrite, args.node, args.radius),
                   args.dot)
-
-
-def _json_safe(value):
-    """The report with inf/nan floats as null (JSON has no such numbers)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
 
 
 if __name__ == "__main__":  # pragma: no cover

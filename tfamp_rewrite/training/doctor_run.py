@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import traceback
+
+from ..graph_rewrite.report import json_safe
 
 FAILED = 3
 
@@ -71,18 +72,8 @@ def main(argv=None) -> int:
             len(run.accumulator.steps), run.steps))
     report = run.report(notes)
     with open(args.json, "w") as handle:
-        json.dump({"report": _json_safe(report.to_dict()), "error": error}, handle)
+        json.dump({"report": json_safe(report.to_dict()), "error": error}, handle)
     return FAILED if error else 0
-
-
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
 
 
 if __name__ == "__main__":
