@@ -32,12 +32,36 @@ class AppliedPaint:
     casts: List[CastInfo] = field(default_factory=list)
 
 
-def cast_name(source: str, port: int, to_dtype: int, index: int = None) -> str:
-    """Grappler's name: ``<src>-<port>-CastToFp16-<k>-AutoMixedPrecision`` (TF 1.15: no k)."""
-    kind = "CastToFp32" if to_dtype == DT_FLOAT else (
-        "CastToBf16" if to_dtype == DT_BFLOAT16 else "CastToFp16")
+def cast_name(source: str, port: int, to_dtype: int, index: int = None, prefix: str = "") -> str:
+    """Grappler's name: ``<src>-<port>-CastToFp16-<k>-AutoMixedPrecision`` (TF 1.15: no k);
+    ``prefix`` goes before ``CastTo`` (emulation's Casts are ``EmulateCastTo...``)."""
+    kind = prefix + ("CastToFp32" if to_dtype == DT_FLOAT else (
+        "CastToBf16" if to_dtype == DT_BFLOAT16 else "CastToFp16"))
     parts = [source, str(port), kind] + ([] if index is None else [str(index)]) + [CAST_SUFFIX]
     return "-".join(parts)
+
+
+def unique_cast_name(source: str, port: int, to_dtype: int, taken: Set[str], prefix: str = "") -> str:
+    """``cast_name`` with the smallest index ``k`` not in ``taken`` (which it joins)."""
+    index = 0
+    while cast_name(source, port, to_dtype, index, prefix) in taken:
+        index += 1
+    name = cast_name(source, port, to_dtype, index, prefix)
+    taken.add(name)
+    return name
+
+
+def add_cast_node(graph_def, name: str, input_name: str, device: str, src_dtype: int, to_dtype: int):
+    """Appends ``Cast(input_name)`` from ``src_dtype`` to ``to_dtype`` (round to nearest even)."""
+    cast = graph_def.node.add()
+    cast.name = name
+    cast.op = "Cast"
+    cast.device = device
+    cast.input.append(input_name)
+    cast.attr["SrcT"].type = src_dtype
+    cast.attr["DstT"].type = to_dtype
+    cast.attr["Truncate"].b = False
+    return cast
 
 
 def apply_paint(view: GraphView, paint: Paint, target_dtype: int,
@@ -48,7 +72,7 @@ def apply_paint(view: GraphView, paint: Paint, target_dtype: int,
     result.converted_vertices = converts
     for vertex in sorted(converts):
         node = view.vertex_node[vertex]
-        _set_dtype(view.nodes[node], view.vertex_attr[vertex], target_dtype)
+        set_type_attr(view.nodes[node], view.vertex_attr[vertex], target_dtype)
         result.converted_nodes.add(node)
     taken = set(view.index)
     casts: Dict[Tuple[int, int], CastInfo] = {}
@@ -79,7 +103,8 @@ def _converted_vertices(view: GraphView, paint: Paint) -> Set[int]:
     return {v for v in paint.allow if dtype[v] == DT_FLOAT and attr[v][0]}
 
 
-def _set_dtype(node, type_attr, dtype: int) -> None:
+def set_type_attr(node, type_attr, dtype: int) -> None:
+    """Sets the ``type`` attribute (or the ``list(type)`` element) ``type_attr`` of ``node``."""
     name, index = type_attr
     if index < 0:
         node.attr[name].type = dtype
@@ -93,25 +118,15 @@ def _add_cast(view: GraphView, src: int, port: int, to_dtype: int, taken: Set[st
     dtype the rewrite gives the producer (float32 when casting to half, else its half)."""
     source = view.nodes[src]
     if indexed_names:
-        index = 0
-        while cast_name(source.name, port, to_dtype, index) in taken:
-            index += 1
-        name = cast_name(source.name, port, to_dtype, index)
+        name = unique_cast_name(source.name, port, to_dtype, taken)
         input_name = source.name if port == 0 else "%s:%d" % (source.name, port)
     else:
         name = cast_name(source.name, port, to_dtype)
         input_name = "%s:%d" % (source.name, port)
-    taken.add(name)
-    cast = view.graph_def.node.add()
-    cast.name = name
-    cast.op = "Cast"
-    cast.device = source.device
-    cast.input.append(input_name)
+        taken.add(name)
     if src_dtype is None:
         src_dtype = DT_FLOAT if to_dtype != DT_FLOAT else _half_of(view, src, port)
-    cast.attr["SrcT"].type = src_dtype
-    cast.attr["DstT"].type = to_dtype
-    cast.attr["Truncate"].b = False
+    add_cast_node(view.graph_def, name, input_name, source.device, src_dtype, to_dtype)
     return CastInfo(name=name, source=source.name, port=port, to_dtype=dtype_name(to_dtype))
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Optional, Set, Tuple
 
 from ..dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF
-from .casts import CAST_SUFFIX
+from .casts import CAST_SUFFIX, add_cast_node, set_type_attr, unique_cast_name
 from .eligibility import EMULATED_ATTR
 from .graph_view import GraphView
 
@@ -114,14 +114,10 @@ def is_emulation_cast(node) -> bool:
 def _retype_half_attrs(view: GraphView, node: int) -> Set[int]:
     """Sets ``node``'s half type attributes to float32; returns its input ports that were half."""
     changed = set()
-    for (name, index), vertex in view.vertices[node].items():
-        if name and view.vertex_dtype[vertex] in _HALF_KINDS:
-            value = view.nodes[node].attr[name]
-            if index < 0:
-                value.type = DT_FLOAT
-            else:
-                value.list.type[index] = DT_FLOAT
-            changed.add((name, index))
+    for type_attr, vertex in view.vertices[node].items():
+        if type_attr[0] and view.vertex_dtype[vertex] in _HALF_KINDS:
+            set_type_attr(view.nodes[node], type_attr, DT_FLOAT)
+            changed.add(type_attr)
     return {k for k, attr in enumerate(view.in_attrs[node]) if attr in changed}
 
 
@@ -192,21 +188,6 @@ class _TwinCasts:
 
     def _cast(self, node: int, port: int, input_name: str, src: int, dst: int) -> str:
         source = self.view.nodes[node]
-        kind = "EmulateCastToFp32" if dst == DT_FLOAT else (
-            "EmulateCastToBf16" if dst == DT_BFLOAT16 else "EmulateCastToFp16")
-        index = 0
-        while True:
-            name = "%s-%d-%s-%d-%s" % (source.name, port, kind, index, CAST_SUFFIX)
-            if name not in self.taken:
-                break
-            index += 1
-        self.taken.add(name)
-        cast = self.view.graph_def.node.add()
-        cast.name = name
-        cast.op = "Cast"
-        cast.device = source.device
-        cast.input.append(input_name)
-        cast.attr["SrcT"].type = src
-        cast.attr["DstT"].type = dst
-        cast.attr["Truncate"].b = False
+        name = unique_cast_name(source.name, port, dst, self.taken, prefix="Emulate")
+        add_cast_node(self.view.graph_def, name, input_name, source.device, src, dst)
         return name
