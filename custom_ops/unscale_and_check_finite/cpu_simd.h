@@ -36,13 +36,6 @@ inline uint32_t UnscaleTail(const void* in, void* out, int64_t begin, int64_t n,
   return nonfinite;
 }
 
-// Whether to write with non-temporal stores: a copy (not in place) of a long range into an
-// aligned buffer. They skip reading the output's cache lines first (a third memory stream)
-// and keep the input's lines in cache; in place the lines are already there.
-inline bool Streams(const void* in, void* out, int64_t bytes, uintptr_t alignment) {
-  return in != out && bytes >= (1 << 20) && reinterpret_cast<uintptr_t>(out) % alignment == 0;
-}
-
 // ---- AVX2 ------------------------------------------------------------------------------
 
 TFAMP_TARGET_AVX2 inline uint32_t UnscaleFloat32Avx2(const void* in, void* out, int64_t n, float s) {
@@ -52,15 +45,6 @@ TFAMP_TARGET_AVX2 inline uint32_t UnscaleFloat32Avx2(const void* in, void* out, 
   const __m256i exponent = _mm256_set1_epi32(0x7f800000);
   __m256i bad = _mm256_setzero_si256();
   int64_t i = 0;
-  if (Streams(in, out, n * 4, 32)) {
-    for (; i + 8 <= n; i += 8) {
-      const __m256 x = _mm256_loadu_ps(src + i);
-      const __m256i e = _mm256_and_si256(_mm256_castps_si256(x), exponent);
-      bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, exponent));
-      _mm256_stream_ps(dst + i, _mm256_mul_ps(x, scale));
-    }
-    _mm_sfence();
-  }
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(src + i);
     const __m256i e = _mm256_and_si256(_mm256_castps_si256(x), exponent);
