@@ -52,12 +52,11 @@ class _OpLoader:
         if not self._resolved:
             self._resolved = True
             self._module, reason = self._load()
-            if self._module is not None:
-                self.path = reason
             if self._module is None:
                 _log.warning("tfamp_rewrite: unscale_and_check_finite uses composite TF ops; "
                              "the fused %s op is unavailable: %s", OP_TYPE, reason)
             else:
+                self.path = reason  # on success, _load's reason is the library's path
                 _log.info("tfamp_rewrite: unscale_and_check_finite uses the fused %s op (%s).",
                           OP_TYPE, reason)
         return self._module
