@@ -6,11 +6,27 @@ The gradient set is ResNet-50 v1.5's trainable variables (161 tensors, 25.6 M el
 The fused op runs once per instruction-set path of its CPU kernel this CPU has (AVX-512,
 AVX2 + F16C -- the path of AVX2-only machines --, scalar), each in its own Session over
 the same graph (a kernel picks its path when its session constructs it, capped by
-``TFAMP_CPU_ISA``); composite ops run in the same graph, with Grappler off (it would fold
-away ``x * 1`` and prune unused ops).  The bound is a 2-thread memcpy of buffers of the
-same sizes, measured in the same run.  Times are medians of interleaved runs; read the
-ratios.  Targets: fused >= 0.8x the memcpy bandwidth and >= 1.5x faster than the
-composite ops, on every path but scalar.
+``TFAMP_CPU_ISA``); composite ops run in the same graph, with Grappler and the classic
+graph optimizer off (they would fold away ``x * 1``, prune unused ops and merge the equal
+Fills below).  The bound is a 2-thread memcpy of buffers of the same sizes, measured in
+the same run.  Times are medians of interleaved runs; read the ratios.
+
+Two ways the gradients reach the step, one table each:
+
+* **as in training** (the targets' case): each gradient is a fresh buffer read only by the
+  unscale step -- in a training graph the gradient ops' outputs pass through ``tf.gradients``'
+  Identity tuple to it alone -- so the fused op, and TensorFlow's Mul, rewrite it in
+  place.  Made here by a ``Fill`` per gradient, all done before the step starts; the
+  step's time is that of ``Fills -> step`` minus that of the Fills alone.
+* **held elsewhere** (variable reads): every output is a new buffer.  Where TensorFlow's
+  CPU allocator is plain ``malloc`` -- oneDNN off, TensorFlow's default on CPUs without
+  AVX512_VNNI / AVX512_BF16 / AMX, i.e. on AVX2-only machines -- glibc hands the freed
+  100 MB back to the kernel after each run and the next run page-faults it in again, at
+  about 0.4x the memcpy bandwidth.  ``TF_CPU_ALLOCATOR_USE_BFC=true`` (TensorFlow's own
+  pooling allocator, as oneDNN's is) removes that; the table says which allocator ran.
+
+Targets: fused >= 0.8x the memcpy bandwidth and >= 1.5x faster than the composite ops,
+as in training, on every path but scalar.
 """
 from __future__ import annotations
 
@@ -80,32 +96,84 @@ def _two_thread_copy(sources, destinations):
 
 
 def _session_runs(arrays, isas):
-    """Callables running the fused op (one Session per CPU path) and the composite ops."""
+    """``{(scenario, variant): callable}``: the fused op (one Session per CPU path), the
+    composite ops, and the ``Fill`` alone, over gradients as in training ("fresh") and
+    gradients held by variables ("held")."""
     graph = tf.Graph()
     with graph.as_default():
         feeds = [_tf.placeholder(tf.as_dtype(a.dtype), a.shape) for a in arrays]
         variables = [tf.Variable(f) for f in feeds]
-        grads = [v.read_value() for v in variables]
         inv_scale = tf.constant(2.0**-10)
-        unscaled, all_finite = tfamp_rewrite.unscale_and_check_finite(grads, inv_scale)
-        fused_target = tf.group(*unscaled, all_finite)
-        # The fallback implementation, measured in the same graph for a fair comparison.
-        unscaled, all_finite = fused_op._unscale_composite(grads, inv_scale)
-        composite_target = tf.group(*unscaled, all_finite)
+        fills = [tf.fill(a.shape, tf.constant(1, tf.as_dtype(a.dtype))) for a in arrays]
+        all_filled = tf.group(*fills)
+        with tf.control_dependencies([all_filled]):  # no step starts before every Fill is done
+            fresh = [tf.identity(f) for f in fills]  # shares the Fill's buffer, as tf.gradients' tuple
+        gradients = {"held": [v.read_value() for v in variables], "fresh": fresh}
+        targets = {("fresh", "fill"): all_filled}
+        for scenario, grads in gradients.items():
+            unscaled, all_finite = tfamp_rewrite.unscale_and_check_finite(grads, inv_scale)
+            targets[(scenario, "fused")] = tf.group(*unscaled, all_finite)
+            # The fallback implementation, measured in the same graph for a fair comparison.
+            unscaled, all_finite = fused_op._unscale_composite(grads, inv_scale)
+            targets[(scenario, "composite")] = tf.group(*unscaled, all_finite)
         init = _tf.global_variables_initializer()
     config = _tf.ConfigProto()
     config.graph_options.rewrite_options.disable_meta_optimizer = True
+    # Nor the classic optimizer: it would merge the Fills of equal shapes and fold them to Consts.
+    config.graph_options.optimizer_options.opt_level = _tf.OptimizerOptions.L0
+    config.graph_options.optimizer_options.do_constant_folding = False
+    config.graph_options.optimizer_options.do_common_subexpression_elimination = False
     sessions, runs = [], {}
     for isa in isas:
         os.environ[fused_op.CPU_ISA_ENV] = isa
         session = _tf.Session(graph=graph, config=config)
         session.run(init, dict(zip(feeds, arrays)))
-        session.run(fused_target)  # constructs the kernel now, on this path
+        for scenario in gradients:
+            target = targets[(scenario, "fused")]
+            session.run(target)  # constructs the kernel now, on this path
+            runs[(scenario, FUSED + isa)] = (lambda s=session, t=target: s.run(t))
         sessions.append(session)
-        runs["fused UnscaleAndCheckFinite, " + isa] = (lambda s=session: s.run(fused_target))
     os.environ.pop(fused_op.CPU_ISA_ENV, None)
-    runs["composite TF ops"] = lambda: sessions[0].run(composite_target)
+    for (scenario, variant), target in targets.items():
+        if variant != "fused":
+            runs[(scenario, variant)] = lambda t=target: sessions[0].run(t)
     return sessions, runs
+
+
+FUSED = "fused UnscaleAndCheckFinite, "
+COPY = "memcpy, 2 threads (bound)"
+
+
+def _allocator() -> str:
+    """Which CPU allocator TensorFlow's kernels get in this process, as it decides."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        if _pywrap_util_port.IsMklEnabled():
+            return "oneDNN's pooling allocator (oneDNN on)"
+    except (ImportError, AttributeError):
+        pass
+    if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").strip().lower() in ("1", "true"):
+        return "TensorFlow's BFC pooling allocator (TF_CPU_ALLOCATOR_USE_BFC)"
+    return "malloc (oneDNN off; TF_CPU_ALLOCATOR_USE_BFC=true would pool)"
+
+
+def _print_table(title, times, nbytes, t_copy, isas):
+    """One scenario's rows; returns the target lines for its non-scalar fused paths."""
+    t_comp = times["composite"]
+    print(f"\n{title}")
+    print(f"{'':38} {'time':>9} {'GB/s':>8} {'vs memcpy b/w':>16} {'vs composite':>14}")
+    for name, t in ((COPY, t_copy),) + tuple(times.items()):
+        label = "composite TF ops" if name == "composite" else name
+        print(f"{label:38} {1e3 * t:6.2f} ms {2 * nbytes / t / 1e9:8.1f} "
+              f"{t_copy / t:15.2f}x {t_comp / t:13.2f}x")
+    lines = []
+    for isa in (i for i in isas if i != "scalar"):
+        bandwidth, speedup = t_copy / times[FUSED + isa], t_comp / times[FUSED + isa]
+        lines.append(f"targets, {isa}: fused >= 0.8x memcpy bandwidth: "
+                     f"{'met' if bandwidth >= 0.8 else 'MISSED'} ({bandwidth:.2f}x); fused >= 1.5x "
+                     f"composite: {'met' if speedup >= 1.5 else 'MISSED'} ({speedup:.2f}x)")
+    return lines
 
 
 def main(argv=None):
@@ -125,8 +193,7 @@ def main(argv=None):
     elements = sum(a.size for a in arrays)
     nbytes = sum(a.nbytes for a in arrays)
     sessions, runs = _session_runs(arrays, isas)
-    memcpy = _two_thread_copy(arrays, [np.empty_like(a) for a in arrays])
-    variants = (("memcpy, 2 threads (bound)", memcpy),) + tuple(runs.items())
+    variants = ((COPY, _two_thread_copy(arrays, [np.empty_like(a) for a in arrays])),) + tuple(runs.items())
     for _, run in variants:  # warm up: allocator pools, page faults, thread pools
         for _ in range(3):
             run()
@@ -138,20 +205,21 @@ def main(argv=None):
         session.close()
 
     t = {name: statistics.median(s) for name, s in samples.items()}
-    t_copy, t_comp = t["memcpy, 2 threads (bound)"], t["composite TF ops"]
+    fill = t.pop(("fresh", "fill"))
+    variant_names = [FUSED + isa for isa in isas] + ["composite"]
     print(f"CPU {describe_cpu()}; the fused op's CPU kernel would pick: {best}")
+    print(f"TensorFlow's CPU allocator: {_allocator()}")
     print(f"ResNet-50 v1.5 gradients: {len(arrays)} tensors, {elements:,} elements "
           f"({args.dtype}, {nbytes / 1e6:.1f} MB), median of {args.repeats} runs")
-    print(f"{'':38} {'time':>9} {'GB/s':>8} {'vs memcpy b/w':>16} {'vs composite':>14}")
-    for name, _ in variants:
-        print(f"{name:38} {1e3 * t[name]:6.2f} ms {2 * nbytes / t[name] / 1e9:8.1f} "
-              f"{t_copy / t[name]:15.2f}x {t_comp / t[name]:13.2f}x")
-    for isa in (i for i in isas if i != "scalar"):
-        t_fused = t["fused UnscaleAndCheckFinite, " + isa]
-        bandwidth, speedup = t_copy / t_fused, t_comp / t_fused
-        print(f"targets, {isa}: fused >= 0.8x memcpy bandwidth: {'met' if bandwidth >= 0.8 else 'MISSED'} "
-              f"({bandwidth:.2f}x); fused >= 1.5x composite: {'met' if speedup >= 1.5 else 'MISSED'} "
-              f"({speedup:.2f}x)")
+    targets = _print_table(
+        f"As in training: fresh gradients, read only by the step (rewritten in place); "
+        f"Fill -> step minus the Fill alone ({1e3 * fill:.2f} ms)",
+        {name: t[("fresh", name)] - fill for name in variant_names}, nbytes, t[COPY], isas)
+    _print_table("Held elsewhere (variable reads): every output a new buffer",
+                 {name: t[("held", name)] for name in variant_names}, nbytes, t[COPY], isas)
+    print()
+    for line in targets:
+        print(line + " (as in training)")
     return 0
 
 

@@ -380,3 +380,25 @@ def test_one_fused_op_per_device_in_a_training_graph(devices):
     fused = [op for op in graph.get_operations() if op.type == OP_TYPE]
     assert sorted(op.device for op in fused) == sorted(
         tf.DeviceSpec.from_string(d).to_string() for d in devices)
+
+
+def test_each_gradient_is_read_by_the_fused_op_alone_so_it_is_rewritten_in_place():
+    """TensorFlow lets the op reuse a gradient's buffer only when nothing else reads it: the
+    optimizer must not add a second reader (benchmarks/unscale_op.py's "as in training")."""
+    from tfamp_rewrite import fused_op_available
+    from tfamp_rewrite.fused_op.op import OP_TYPE
+
+    assert fused_op_available()  # make test builds the op first
+    graph = tf.Graph()
+    with graph.as_default():
+        images = tf1.placeholder(tf.float32, [4, 8, 8, 3])
+        net = tf1.layers.conv2d(images, 8, 3, activation=tf.nn.relu)
+        net = tf1.layers.batch_normalization(net, training=True)
+        logits = tf1.layers.dense(tf1.layers.flatten(net), 10)
+        loss = tf.reduce_mean(tf.square(logits))
+        LossScaleOptimizer(momentum(), DynamicLossScale()).minimize(loss)
+    (fused,) = [op for op in graph.get_operations() if op.type == OP_TYPE]
+    gradients = list(fused.inputs)[:-1]
+    assert len(gradients) == len(graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES)) == 6
+    readers = {t.name: [op.name for op in t.consumers()] for t in gradients}
+    assert all(names == [fused.name] for names in readers.values()), readers
