@@ -82,21 +82,30 @@ TFAMP_TARGET_AVX2 inline __m256i RoundToBFloat16Avx2(__m256i x) {
   return _mm256_blendv_epi8(rounded, quiet, is_nan);
 }
 
+// bfloat16 bits h -> h * s rounded back to bfloat16, in the high half of each 32-bit lane
+// of `widened` (h << 16, i.e. h's float32 value); the result is in each lane's low half.
+TFAMP_TARGET_AVX2 inline __m256i UnscaleBFloat16LanesAvx2(__m256i widened, __m256 scale) {
+  return RoundToBFloat16Avx2(_mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(widened), scale)));
+}
+
 TFAMP_TARGET_AVX2 inline uint32_t UnscaleBFloat16Avx2(const void* in, void* out, int64_t n, float s) {
   const uint16_t* src = static_cast<const uint16_t*>(in);
   uint16_t* dst = static_cast<uint16_t*>(out);
   const __m256 scale = _mm256_set1_ps(s);
-  const __m256i exponent = _mm256_set1_epi32(0x7f80);
+  const __m256i exponent = _mm256_set1_epi16(0x7f80);
+  const __m256i zero = _mm256_setzero_si256();
   __m256i bad = _mm256_setzero_si256();
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(w, exponent), exponent));
-    const __m256 y = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), scale);
-    const __m256i r = RoundToBFloat16Avx2(_mm256_castps_si256(y));
-    // Lanes hold values <= 0xffff: pack without saturating, then undo the per-128-bit order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  // 16 elements per step. Interleaving with zeros widens them to float32 within each
+  // 128-bit half (elements 0-3 and 8-11 low, 4-7 and 12-15 high); packing the two results
+  // undoes exactly that order, so no cross-lane permute is needed. The results are
+  // <= 0xffff per lane, so the unsigned-saturating pack never saturates.
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi16(_mm256_and_si256(h, exponent), exponent));
+    const __m256i low = UnscaleBFloat16LanesAvx2(_mm256_unpacklo_epi16(zero, h), scale);
+    const __m256i high = UnscaleBFloat16LanesAvx2(_mm256_unpackhi_epi16(zero, h), scale);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_packus_epi32(low, high));
   }
   return static_cast<uint32_t>(!_mm256_testz_si256(bad, bad)) | UnscaleTail<kBFloat16>(in, out, i, n, s);
 }
