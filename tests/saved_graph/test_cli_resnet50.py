@@ -36,11 +36,11 @@ def test_resnet50_frozen_graph_converts_to_half(resnet50, tmp_path, capsys):
     assert os.path.getsize(output) <= 0.6 * os.path.getsize(resnet50["path"])
     report = json.loads(report_path.read_text())
     validation = report["validation"]
-    assert (validation["rtol"], validation["atol"]) == (2e-2, 2e-2)  # float16, emulated
+    assert (validation["rtol"], validation["atol"]) == (1e-2, 1e-2)  # float16, emulated
     assert validation["numerics"] == "emulate"  # no GPU: Tensor Core numerics, the same on any CPU
     (probs,) = validation["outputs"]
     assert probs["top1_agreement"] == 1.0 and probs["nonfinite"] == 0
-    assert probs["max_abs_error"] <= 2e-2
+    assert probs["max_abs_error"] <= 1e-2  # 0.0012 here
     tensor_cores = report["rewrite"]["tensor_cores"]
     assert tensor_cores["half_flop_share"] == 1.0
     misaligned = [op for op in tensor_cores["ops"] if op["aligned"] is False]
