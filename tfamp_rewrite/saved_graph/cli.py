@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "kernels on values rounded to half, what a Tensor Core GPU computes, on any "
                        "CPU), native (this machine's half kernels), auto (default: native on a GPU, "
                        "else emulate). OUTPUT is the same either way")
-    group.add_argument("--rtol", type=float, help="relative tolerance (default: emulated 2e-2 for "
+    group.add_argument("--rtol", type=float, help="relative tolerance (default: emulated 1e-2 for "
                        "float16, 1e-1 for bfloat16; native 5e-2 and 1e-1, as a CPU's half kernels "
                        "may accumulate in half)")
     group.add_argument("--atol", type=float, help="absolute tolerance (default as --rtol)")
