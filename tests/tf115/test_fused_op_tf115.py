@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from cpu_features import ISAS
 from fused_op_cases import assert_matches_oracle, poison, random_gradients, random_sizes
 from runtime_process import tf115_process
 from tensorflow.core.framework import graph_pb2, kernel_def_pb2, op_def_pb2
@@ -21,7 +22,6 @@ from tfamp_rewrite.fused_op import cuda_toolchain
 from tfamp_rewrite.fused_op import op as fused_op
 
 OP = "UnscaleAndCheckFinite"
-ISAS = ("scalar", "avx2", "avx512")  # the CPU kernel's paths (cpu_isa.h), slowest first
 _DATATYPE = {np.dtype(np.float32): 1, np.dtype(np.float16): 19}
 
 
