@@ -60,6 +60,9 @@ class EmulationReport:
     rounding_casts: int = 0          # Cast pairs rounding an emulated output to half
     widening_casts: int = 0          # half -> float32 Casts feeding emulated nodes
     narrowing_casts: int = 0         # float32 -> half Casts feeding nodes that stay half
+    # rounding Cast pairs (here and in function bodies) replaced afterwards by one RoundToHalf
+    # node each, where the op library is loaded (rounding.py: sessions, --validate)
+    rounding_ops: int = 0
     # "node:port" of an emulated half output -> the float32 tensor holding its rounded value
     rounded_outputs: Dict[str, str] = field(default_factory=dict)
 
@@ -69,6 +72,7 @@ class EmulationReport:
         self.rounding_casts += other.rounding_casts
         self.widening_casts += other.widening_casts
         self.narrowing_casts += other.narrowing_casts
+        self.rounding_ops += other.rounding_ops
 
 
 def emulate_half(graph_def, nodes: Iterable[str], lookup_op_def: Callable[[str], Optional[object]],
