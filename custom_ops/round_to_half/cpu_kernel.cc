@@ -24,10 +24,25 @@ const int64_t kCostPerElement = 2;
 
 typedef void (*RoundFn)(const uint32_t* in, uint32_t* out, int64_t n);
 
-// The portable loop; element-wise, so `in` may equal `out`.
+template <ElementType kType>
+inline void RoundInPlace(uint32_t* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) data[i] = RoundElement<kType>(data[i]);
+}
+
+template <ElementType kType>
+inline void RoundCopy(const uint32_t* __restrict__ in, uint32_t* __restrict__ out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundElement<kType>(in[i]);
+}
+
+// The portable loop. Two bodies, so that neither needs a run-time aliasing check to
+// vectorise (in place, that check would fall back to one element at a time).
 template <ElementType kType>
 void RoundScalar(const uint32_t* in, uint32_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = RoundElement<kType>(in[i]);
+  if (in == out) {
+    RoundInPlace<kType>(out, n);
+  } else {
+    RoundCopy<kType>(in, out, n);
+  }
 }
 
 // kRoundFns[isa][0: float16, 1: bfloat16]

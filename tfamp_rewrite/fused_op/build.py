@@ -49,8 +49,9 @@ CXX_FLAGS = ("-O3", "-fPIC", "-Wall", "-fvisibility=hidden", "-ffp-contract=off"
              "-fno-trapping-math")
 NVCC_FLAGS = ("-O3", "-std=c++14", "-Xcompiler", "-fPIC,-fvisibility=hidden")
 # Paths under custom_ops/.
-CPU_SOURCES = tuple(SOURCE_DIR_NAME + "/" + name for name in ("op_def.cc", "cpu_kernel.cc", "launch_plan.cc")) \
-    + tuple(ROUND_SOURCE_DIR_NAME + "/" + name for name in ("op_def.cc", "cpu_kernel.cc"))
+CPU_SOURCES = tuple("%s/%s" % (folder, name) for folder, names in (
+    (SOURCE_DIR_NAME, ("op_def.cc", "cpu_kernel.cc", "launch_plan.cc")),
+    (ROUND_SOURCE_DIR_NAME, ("op_def.cc", "cpu_kernel.cc"))) for name in names)
 GPU_HOST_SOURCE = SOURCE_DIR_NAME + "/gpu_kernel.cc"
 GPU_DEVICE_SOURCE = SOURCE_DIR_NAME + "/gpu_launch.cu"
 
