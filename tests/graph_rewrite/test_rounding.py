@@ -54,7 +54,8 @@ def emulated(model, dtype="float16"):
     return graph, result
 
 
-@pytest.mark.parametrize("model, dtype", [(m, "float16") for m in MODELS_RUN] + [("conv_net_momentum", "bfloat16")])
+@pytest.mark.parametrize("model, dtype",
+                         [(m, "float16") for m in MODELS_RUN] + [("conv_net_momentum", "bfloat16")])
 def test_rounding_ops_compute_the_cast_pairs_bits(model, dtype):
     graph, result = emulated(model, dtype)
     fused = copy_of(result.graph_def)
@@ -132,7 +133,8 @@ def test_replacing_or_rewriting_again_changes_nothing():
     use_rounding_op(fused)
     again = copy_of(fused)
     assert use_rounding_op(again).replaced == 0 and again == fused
-    rewritten = rewrite_graph_def(fused, fetches=graph.fetches, feeds=graph.feeds, target="cpu", numerics="emulate")
+    rewritten = rewrite_graph_def(fused, fetches=graph.fetches, feeds=graph.feeds, target="cpu",
+                                  numerics="emulate")
     assert rewritten.report.nodes_converted == 0 and rewritten.graph_def == fused
 
 

@@ -129,7 +129,8 @@ def test_validate_emulates_tensor_cores_without_a_gpu_and_says_so(kind, tmp_path
 
 
 @pytest.mark.parametrize("kind", ["frozen", "savedmodel", "metagraph"])
-def test_validation_rounds_with_the_op_where_it_loads_and_agrees_with_casts(kind, tmp_path, capsys, monkeypatch):
+def test_validation_rounds_with_the_op_where_it_loads_and_agrees_with_casts(kind, tmp_path, capsys,
+                                                                             monkeypatch):
     """The emulated copy rounds with RoundToHalf nodes (loaded with each format's loader);
     with the library disabled, with Cast pairs -- and the comparison comes out the same."""
     from tfamp_rewrite.fused_op import op as fused_op
@@ -145,8 +146,8 @@ def test_validation_rounds_with_the_op_where_it_loads_and_agrees_with_casts(kind
         monkeypatch.setattr(fused_op, "_LOADER", fused_op._OpLoader())
         monkeypatch.setattr(rounding, "_CHOICE", rounding._RoundingChoice())
         report = tmp_path / ("%s.json" % library)
-        output = tmp_path / (library + (".meta" if kind == "metagraph" else ".pb" if kind == "frozen" else ""))
-        code, out, err = run_main(capsys, "convert", source, str(output), "--validate", "--report", str(report))
+        output = tmp_path / (library + {"frozen": ".pb", "metagraph": ".meta"}.get(kind, ""))
+        code, _, err = run_main(capsys, "convert", source, str(output), "--validate", "--report", str(report))
         assert code == 0, err
         results[library] = json.loads(report.read_text())["validation"]
     with_op, with_casts = results["loaded"], results["disabled"]

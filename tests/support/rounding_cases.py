@@ -19,7 +19,7 @@ SPECIAL_BITS = np.array([
     0x00000001, 0x807FFFFF, 0x00400000,  # float32 subnormals
     0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,  # float32's smallest normal and largest finite
     0x477FE000, 0x477FEFFF, 0x477FF000, 0xC77FF000,  # 65504, 65519.99 -> 65504, +-65520 -> +-inf
-    0x33800000, 0x33000000, 0x33000001, 0x33400000,  # 2^-24 stays, 2^-25 ties to 0, just above rounds up, 1.5*2^-25
+    0x33800000, 0x33000000, 0x33000001, 0x33400000,  # 2^-24 stays, 2^-25 ties to 0, above it rounds up
     0x38800000, 0x387FC000, 0x387FE000,  # 2^-14 and the subnormal / normal boundary
     0x3F801000, 0x3F803000, 0x3F808000, 0x3F818000,  # float16 and bfloat16 ties to even
     0x7F7F8000, 0x7F7F7FFF,              # bfloat16's overflow to inf, and just below

@@ -154,7 +154,8 @@ def rounding_graph(half, count):
 @pytest.mark.parametrize("half", sorted(_HALF_DATATYPE))
 def test_rounding_op_is_tf115s_cast_pair(tf115_with_op, cpu_isa, half, verified):
     """RoundToHalf in 1.15 against 1.15's own Cast(Cast(x, half), float32), bit for bit."""
-    tensors = specials_at_every_position((1, 7, 8, 9, 16, 17)) + [random_bits(np.random.default_rng(3), 1 << 20)]
+    tensors = specials_at_every_position((1, 7, 8, 9, 16, 17))
+    tensors.append(random_bits(np.random.default_rng(3), 1 << 20))
     feeds = {"x%d:0" % i: bits.view(np.float32) for i, bits in enumerate(tensors)}
     fetches = [name % i for i in range(len(tensors)) for name in ("widen%d:0", "round%d:0")]
     values = tf115_with_op.run(rounding_graph(half, len(tensors)), feeds, fetches)

@@ -43,7 +43,7 @@ def train(model):
     with graph.as_default():
         tf.import_graph_def(model.graph_def, name="")
     names = {op.name for op in graph.get_operations()}
-    weights = [name + "/Read/ReadVariableOp:0" for name in sorted(names) if name + "/Read/ReadVariableOp" in names]
+    weights = [name + ":0" for name in sorted(names) if name.endswith("/Read/ReadVariableOp")]
     feeds = model.feed_values(np.random.default_rng(0))
     matmuls = [op.outputs[0] for op in graph.get_operations() if op.type in ("MatMul", "Conv2D")]
     history = []
