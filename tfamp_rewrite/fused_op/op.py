@@ -122,8 +122,9 @@ def fused_op_available() -> bool:
 
 
 def cpu_kernel_isa() -> Optional[str]:
-    """The instruction set a CPU kernel of the op built now runs: ``"avx512"``, ``"avx2"``
-    or ``"scalar"`` (this CPU's best, capped by ``$TFAMP_CPU_ISA``); None without the op.
+    """The instruction set a CPU kernel of the library's ops (UnscaleAndCheckFinite,
+    RoundToHalf) built now runs: ``"avx512"``, ``"avx2"`` or ``"scalar"`` (this CPU's best,
+    capped by ``$TFAMP_CPU_ISA``); None without the library.
 
     Kernels read it when TensorFlow constructs them (per session, or per eager op the
     first time it runs), so a new cap applies to sessions created afterwards.

@@ -25,6 +25,11 @@ Casts are shared per producer port and named like Grappler's
 (``<src>-<port>-EmulateCastToFp16-<k>-AutoMixedPrecision``, ``...EmulateCastToFp32...``).
 Cast rounds to nearest even with overflow to inf and keeps half's subnormals: fp16's
 65504 limit and its 2^-24 flush happen exactly where they would on the GPU.
+
+The output holds stock ops only, so it runs on any TensorFlow and may be written out.
+Code that runs the graph in a process with the op library loaded (sessions, ``tfamp-rewrite
+convert --validate``) then turns each rounding pair into one ``RoundToHalf`` node, the same
+bits in one pass instead of two Cast kernels (rounding.py).
 """
 from __future__ import annotations
 
