@@ -151,4 +151,4 @@ def test_replacing_or_rewriting_again_changes_nothing():
 def test_the_summary_counts_the_rounding_ops():
     _, result = emulated("while_loop_cf_v1")
     rounding = use_rounding_op(copy_of(result.graph_def), result.report.emulation)
-    assert "%d replaced by RoundToHalf op(s)" % rounding.replaced in result.report.summary()
+    assert "rounding by %d RoundToHalf op(s) now" % rounding.replaced in result.report.summary()

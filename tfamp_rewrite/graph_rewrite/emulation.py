@@ -65,8 +65,8 @@ class EmulationReport:
     rounding_casts: int = 0          # Cast pairs rounding an emulated output to half
     widening_casts: int = 0          # half -> float32 Casts feeding emulated nodes
     narrowing_casts: int = 0         # float32 -> half Casts feeding nodes that stay half
-    # rounding Cast pairs (here and in function bodies) replaced afterwards by one RoundToHalf
-    # node each, where the op library is loaded (rounding.py: sessions, --validate)
+    # RoundToHalf nodes that took over the rounding Cast pairs afterwards, one per rounded
+    # tensor, here and in function bodies, where the op library is loaded (rounding.py)
     rounding_ops: int = 0
     # "node:port" of an emulated half output -> the float32 tensor holding its rounded value
     rounded_outputs: Dict[str, str] = field(default_factory=dict)

@@ -129,7 +129,7 @@ class RewriteReport:
             lines.append("  numerics: emulated -- %d node(s) run float32 kernels on values rounded to %s "
                          "(%d rounding Cast pair(s)%s, %d widening Cast(s))" % (
                              self.emulation.nodes, self.dtype, self.emulation.rounding_casts,
-                             ", %d replaced by RoundToHalf op(s)" % self.emulation.rounding_ops
+                             ", rounding by %d RoundToHalf op(s) now" % self.emulation.rounding_ops
                              if self.emulation.rounding_ops else "", self.emulation.widening_casts))
         lines.extend("  note: " + note for note in self.notes)
         if self.tensor_cores is not None:
