@@ -33,10 +33,10 @@ setup(
     "rewrite, dynamic loss scaling and a fused unscale-and-check op.",
     packages=find_packages(include=["tfamp_rewrite", "tfamp_rewrite.*"])
     + ["tfamp_rewrite.custom_ops"],
-    # The fused op's C++/CUDA sources ship as package data, so an installed tfamp_rewrite
+    # The ops' C++/CUDA sources ship as package data, so an installed tfamp_rewrite
     # can compile the op on first use (tfamp_rewrite/fused_op/build.py finds them there).
     package_dir={"tfamp_rewrite.custom_ops": "custom_ops"},
-    package_data={"tfamp_rewrite.custom_ops": ["unscale_and_check_finite/*"]},
+    package_data={"tfamp_rewrite.custom_ops": ["unscale_and_check_finite/*", "round_to_half/*"]},
     py_modules=["tfamp_rewrite_startup"],
     cmdclass={"build_py": BuildPyWithStartupHook},
     python_requires=">=3.8",

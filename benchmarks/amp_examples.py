@@ -14,10 +14,10 @@ GPU of compute capability >= 7.0 the rewrite targets the CPU (``TFAMP_REWRITE_TA
 where TensorFlow's float16 kernels are far slower than its float32 ones: on a CPU, AMP is
 not expected to be faster, and the ratios to read are the bytes.  ``AMP emulated``
 (``TFAMP_REWRITE_NUMERICS=emulate``) runs the same rewrite on float32 kernels with values
-rounded to half: its time over fp32's is what emulating Tensor Core numerics costs on a
-CPU.  The default model has ResNet-50's depth at a quarter of its width, on 32x32
-images, to finish in minutes on a CPU; ``--width 64 --image_size 224 --batch_size 256``
-is the real one (GPU).
+rounded to half (one RoundToHalf op per rounding where the op library loads, else a Cast
+pair): its time over fp32's is what emulating Tensor Core numerics costs on a CPU.  The
+default model has ResNet-50's depth at a quarter of its width, on 32x32 images, to finish
+in minutes on a CPU; ``--width 64 --image_size 224 --batch_size 256`` is the real one (GPU).
 
 A second table times ``examples/train_tf1/train.py`` (the conv net of ``make demo``) the
 same three ways: the median time of a training step after the first ten.

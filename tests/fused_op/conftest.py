@@ -1,4 +1,4 @@
-"""Fixtures of the fused op's tests.
+"""Fixtures of the compiled ops' tests.
 
 The GPU harness's TensorFlow-free modules (tests/gpu: the CPU grid emulation's build, the
 numpy oracle, model gradient sets) are imported by bare name here.
@@ -7,9 +7,26 @@ import os
 import sys
 
 import pytest
+from cpu_features import ISAS, describe_cpu
+
+import tfamp_rewrite
+from tfamp_rewrite.fused_op import op as fused_op
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "gpu"))
+
+
+@pytest.fixture(params=ISAS)
+def cpu_isa(request, monkeypatch):
+    """Caps the CPU kernels at one path (skipping paths this CPU lacks) for sessions made
+    now; a cap already in the environment (``make test-avx2``) counts as the CPU's limit."""
+    assert tfamp_rewrite.fused_op_available(), "the fused op must build and load (make op)"
+    best = fused_op.cpu_kernel_isa()
+    if ISAS.index(request.param) > ISAS.index(best):
+        pytest.skip("this CPU has no %s path (its best is %s; %s)" % (request.param, best, describe_cpu()))
+    monkeypatch.setenv(fused_op.CPU_ISA_ENV, request.param)
+    assert fused_op.cpu_kernel_isa() == request.param
+    return request.param
 
 
 @pytest.fixture(scope="session")

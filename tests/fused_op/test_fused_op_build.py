@@ -1,4 +1,4 @@
-"""Building, caching, packaging and loading the UnscaleAndCheckFinite libraries."""
+"""Building, caching, packaging and loading the op libraries (UnscaleAndCheckFinite, RoundToHalf)."""
 from __future__ import annotations
 
 import json
@@ -106,15 +106,15 @@ def test_cache_directory_follows_tensorflow_flags_and_source_bytes(monkeypatch, 
         compile_flags=installed.compile_flags + ["-DOTHER"])).directory
 
     sources = tmp_path / "src"
-    sources.mkdir()
-    for f in fused_op_build.op_source_dir().iterdir():
-        (sources / f.name).write_bytes(f.read_bytes())
-    with open(str(sources / "cpu_kernel.cc"), "a") as f:
-        f.write("// changed\n")
-    monkeypatch.setattr(fused_op_build, "op_source_dir", lambda: sources)
-    other_sources = fused_op_build.build_libraries().directory
-    assert len({first, other_flags, other_sources}) == 3
-    assert built == [first, other_flags, other_sources]
+    shutil.copytree(str(fused_op_build.sources_root()), str(sources))
+    monkeypatch.setattr(fused_op_build, "sources_root", lambda: sources)
+    changed = []
+    for source in ("unscale_and_check_finite/cpu_kernel.cc", "round_to_half/round_element.h"):
+        with open(str(sources / source), "a") as f:
+            f.write("// changed\n")
+        changed.append(fused_op_build.build_libraries().directory)
+    assert len({first, other_flags, *changed}) == 4
+    assert built == [first, other_flags, *changed]
 
 
 @pytest.mark.parametrize("tensorflow, standard", [
@@ -151,8 +151,9 @@ def test_wheel_ships_the_sources_and_the_builder_finds_them(tmp_path, monkeypatc
          "from tfamp_rewrite.fused_op import build; print(build.op_source_dir())", str(site)],
         cwd=str(tmp_path), check=True, capture_output=True, text=True).stdout.strip())
     assert found == site / "tfamp_rewrite" / "custom_ops" / "unscale_and_check_finite"
-    shipped = sorted(p.name for p in found.iterdir())
-    assert shipped == sorted(p.name for p in fused_op_build.op_source_dir().iterdir())
+    for op_folder in (fused_op_build.SOURCE_DIR_NAME, fused_op_build.ROUND_SOURCE_DIR_NAME):
+        shipped = sorted(p.name for p in (found.parent / op_folder).iterdir())
+        assert shipped == sorted(p.name for p in (fused_op_build.sources_root() / op_folder).iterdir())
 
 
 # --- the CUDA toolchain --------------------------------------------------------------------

@@ -10,27 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from cpu_features import describe_cpu
+from cpu_features import ISAS
 from fused_op_cases import DTYPES, SPECIALS, assert_matches_oracle, poison, random_gradients, random_sizes
 
 import tfamp_rewrite
 from tfamp_rewrite.fused_op import op as fused_op
 
-ISAS = ("scalar", "avx2", "avx512")
 tf1 = tf.compat.v1
-
-
-@pytest.fixture(params=ISAS)
-def cpu_isa(request, monkeypatch):
-    """Caps the kernel at one path (skipping paths this CPU lacks) for sessions made now;
-    a cap already in the environment (``make test-avx2``) counts as the CPU's limit."""
-    assert tfamp_rewrite.fused_op_available(), "the fused op must build and load (make op)"
-    best = fused_op.cpu_kernel_isa()
-    if ISAS.index(request.param) > ISAS.index(best):
-        pytest.skip("this CPU has no %s path (its best is %s; %s)" % (request.param, best, describe_cpu()))
-    monkeypatch.setenv(fused_op.CPU_ISA_ENV, request.param)
-    assert fused_op.cpu_kernel_isa() == request.param
-    return request.param
 
 
 class Runner:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -125,6 +126,35 @@ def test_validate_emulates_tensor_cores_without_a_gpu_and_says_so(kind, tmp_path
     else:
         assert (first / "saved_model.pb").read_bytes() == (second / "saved_model.pb").read_bytes()
     assert not [name for name in os.listdir(tmp_path) if ".tmp-" in name]
+
+
+@pytest.mark.parametrize("kind", ["frozen", "savedmodel", "metagraph"])
+def test_validation_rounds_with_the_op_where_it_loads_and_agrees_with_casts(kind, tmp_path, capsys,
+                                                                             monkeypatch):
+    """The emulated copy rounds with RoundToHalf nodes (loaded with each format's loader);
+    with the library disabled, with Cast pairs -- and the comparison comes out the same."""
+    from tfamp_rewrite.fused_op import op as fused_op
+    from tfamp_rewrite.fused_op import round_to_half as rounding
+
+    source = {"frozen": lambda: models.frozen_net(str(tmp_path / "net.pb")),
+              "savedmodel": lambda: models.saved_model(str(tmp_path / "model")),
+              "metagraph": lambda: models.meta_graph(str(tmp_path / "model"))}[kind]()
+    results = {}
+    for library in ("loaded", "disabled"):
+        if library == "disabled":
+            monkeypatch.setenv(fused_op.DISABLE_ENV, "1")
+        monkeypatch.setattr(fused_op, "_LOADER", fused_op._OpLoader())
+        monkeypatch.setattr(rounding, "_CHOICE", rounding._RoundingChoice())
+        report = tmp_path / ("%s.json" % library)
+        output = tmp_path / (library + {"frozen": ".pb", "metagraph": ".meta"}.get(kind, ""))
+        code, _, err = run_main(capsys, "convert", source, str(output), "--validate", "--report", str(report))
+        assert code == 0, err
+        results[library] = json.loads(report.read_text())["validation"]
+    with_op, with_casts = results["loaded"], results["disabled"]
+    assert with_op["numerics"] == with_casts["numerics"] == "emulate"
+    assert re.search(r"; rounding by [1-9][0-9]* RoundToHalf op\(s\)$", with_op["numerics_reason"])
+    assert with_casts["numerics_reason"].endswith("rounding by Cast pairs")
+    assert with_op["outputs"] == with_casts["outputs"] and with_op["passed"]
 
 
 def test_converted_graph_is_refused_unless_forced(frozen, tmp_path, capsys):

@@ -16,6 +16,8 @@ import functools
 import os
 from typing import FrozenSet
 
+# The compiled ops' CPU kernel paths (custom_ops/unscale_and_check_finite/cpu_isa.h), slowest first.
+ISAS = ("scalar", "avx2", "avx512")
 _FLAGS_THAT_MATTER = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16",
                       "avx512_fp16", "amx_bf16", "amx_fp16")
 _CAPS = ("ONEDNN_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS", "TFAMP_CPU_ISA")

@@ -11,7 +11,9 @@ import os
 
 import numpy as np
 import pytest
+from cpu_features import ISAS
 from fused_op_cases import assert_matches_oracle, poison, random_gradients, random_sizes
+from rounding_cases import assert_rounds_like_casts, random_bits, specials_at_every_position
 from runtime_process import tf115_process
 from tensorflow.core.framework import graph_pb2, kernel_def_pb2, op_def_pb2
 from tf115_sysconfig import tf115_build
@@ -21,8 +23,9 @@ from tfamp_rewrite.fused_op import cuda_toolchain
 from tfamp_rewrite.fused_op import op as fused_op
 
 OP = "UnscaleAndCheckFinite"
-ISAS = ("scalar", "avx2", "avx512")  # the CPU kernel's paths (cpu_isa.h), slowest first
+ROUND_OP = "RoundToHalf"
 _DATATYPE = {np.dtype(np.float32): 1, np.dtype(np.float16): 19}
+_HALF_DATATYPE = {"float16": 19, "bfloat16": 14}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def libraries(tensorflow_115):
 def tf115_with_op(tf115, libraries):
     """The session's 1.15 runtime with the CPU library loaded."""
     ops = op_def_pb2.OpList.FromString(tf115.load_library(libraries.cpu))
-    assert [op.name for op in ops.op] == [OP]
+    assert sorted(op.name for op in ops.op) == [ROUND_OP, OP]
     return tf115
 
 
@@ -131,6 +134,35 @@ def test_every_float16_pattern_rounds_like_numpy_in_tf115(tf115_with_op, cpu_isa
     if inv_scale == 65536.0:
         verified("fused op", "UnscaleAndCheckFinite in TF 1.15 (TF_LoadLibrary), CPU path %s: "
                  "bit-exact to numpy on all 65536 float16 patterns" % cpu_isa)
+
+
+def rounding_graph(half, count):
+    """Placeholders ``x<i>``, each read by TF 1.15's Cast pair ``widen<i>`` and ``round<i>``."""
+    graph = graph_pb2.GraphDef()
+    for i in range(count):
+        x = graph.node.add(name="x%d" % i, op="Placeholder")
+        x.attr["dtype"].type = _DATATYPE[np.dtype(np.float32)]
+        for name, op, source, src, dst in (("narrow", "Cast", "x", 1, _HALF_DATATYPE[half]),
+                                           ("widen", "Cast", "narrow", _HALF_DATATYPE[half], 1)):
+            cast = graph.node.add(name="%s%d" % (name, i), op=op, input=["%s%d" % (source, i)])
+            cast.attr["SrcT"].type, cast.attr["DstT"].type = src, dst
+        rounding = graph.node.add(name="round%d" % i, op=ROUND_OP, input=["x%d" % i])
+        rounding.attr["half_type"].type = _HALF_DATATYPE[half]
+    return graph.SerializeToString()
+
+
+@pytest.mark.parametrize("half", sorted(_HALF_DATATYPE))
+def test_rounding_op_is_tf115s_cast_pair(tf115_with_op, cpu_isa, half, verified):
+    """RoundToHalf in 1.15 against 1.15's own Cast(Cast(x, half), float32), bit for bit."""
+    tensors = specials_at_every_position((1, 7, 8, 9, 16, 17))
+    tensors.append(random_bits(np.random.default_rng(3), 1 << 20))
+    feeds = {"x%d:0" % i: bits.view(np.float32) for i, bits in enumerate(tensors)}
+    fetches = [name % i for i in range(len(tensors)) for name in ("widen%d:0", "round%d:0")]
+    values = tf115_with_op.run(rounding_graph(half, len(tensors)), feeds, fetches)
+    for bits, want, got in zip(tensors, values[0::2], values[1::2]):
+        assert_rounds_like_casts(bits, want, got, half)
+    verified("fused op", "RoundToHalf(%s) in TF 1.15, CPU path %s: bit-exact to 1.15's Cast pair on special "
+             "values at every lane and tail position and 2^20 random float32 patterns" % (half, cpu_isa))
 
 
 def test_gpu_library_registers_both_kernels_in_tf115(tf115_tree, libraries):

@@ -1,8 +1,11 @@
-"""The fused ``UnscaleAndCheckFinite`` op: multiply gradients by 1/scale and test them for inf/nan.
+"""The compiled ops: ``UnscaleAndCheckFinite`` (multiply gradients by 1/scale and test them for
+inf/nan) and ``RoundToHalf`` (round float32 values to half).
 
 Entry point: ``op.unscale_and_check_finite(grads, inv_scale) -> (unscaled, all_finite)``:
 one compiled op per device when the library loads, otherwise composite TensorFlow ops with
-identical results (``op.fused_op_available()`` tells which).  ``build`` compiles the C++/CUDA
+identical results (``op.fused_op_available()`` tells which).  ``round_to_half`` is the
+library's second op, ``RoundToHalf`` (float32 rounded to float16/bfloat16 in one pass, CPU
+only), with the Cast pair as its fallback.  ``build`` compiles the C++/CUDA
 sources in ``custom_ops/`` against the installed TensorFlow (``python -m
 tfamp_rewrite.fused_op.build``, what ``make op`` runs), finding nvcc with ``cuda_toolchain``.
 

@@ -1,12 +1,14 @@
-"""Builds the fused ``UnscaleAndCheckFinite`` op library, cached per TensorFlow and toolchain.
+"""Builds the op library (``UnscaleAndCheckFinite``, ``RoundToHalf``), cached per TensorFlow and toolchain.
 
-``python -m tfamp_rewrite.fused_op.build [--force]`` (what ``make op`` runs) builds
+``python -m tfamp_rewrite.fused_op.build [--force]`` (what ``make op`` runs) builds, from
+``custom_ops/unscale_and_check_finite/`` and ``custom_ops/round_to_half/``,
 
-* the CPU library: op definition and CPU kernel, compiled by ``$CXX`` (default g++) with
-  ``tf.sysconfig``'s flags;
-* the GPU library: the same plus the CUDA kernel, whenever an nvcc is found (see
-  ``cuda_toolchain``); the CUDA runtime is linked statically, so it also loads on
-  tensorflow-cpu (the GPU kernel is then registered but never used).
+* the CPU library: both ops' definitions and CPU kernels, compiled by ``$CXX`` (default
+  g++) with ``tf.sysconfig``'s flags;
+* the GPU library: the same plus UnscaleAndCheckFinite's CUDA kernel, whenever an nvcc is
+  found (see ``cuda_toolchain``); the CUDA runtime is linked statically, so it also loads
+  on tensorflow-cpu (the GPU kernel is then registered but never used).  RoundToHalf has
+  a CPU kernel only.
 
 ``build_libraries().preferred`` is the library to load (the GPU one when built); the
 first call builds it.  ``build_libraries(tensorflow=TensorFlowBuild(...))`` builds against
@@ -35,6 +37,7 @@ from pathlib import Path
 from . import cuda_toolchain
 
 SOURCE_DIR_NAME = "unscale_and_check_finite"
+ROUND_SOURCE_DIR_NAME = "round_to_half"
 CACHE_ENV = "TFAMP_OP_CACHE"
 CPU_LIBRARY = "libtfamp_unscale_cpu.so"
 GPU_LIBRARY = "libtfamp_unscale_gpu.so"
@@ -45,9 +48,12 @@ GPU_ERROR_LOG = "gpu_build_error.log"
 CXX_FLAGS = ("-O3", "-fPIC", "-Wall", "-fvisibility=hidden", "-ffp-contract=off",
              "-fno-trapping-math")
 NVCC_FLAGS = ("-O3", "-std=c++14", "-Xcompiler", "-fPIC,-fvisibility=hidden")
-CPU_SOURCES = ("op_def.cc", "cpu_kernel.cc", "launch_plan.cc")
-GPU_HOST_SOURCE = "gpu_kernel.cc"
-GPU_DEVICE_SOURCE = "gpu_launch.cu"
+# Paths under custom_ops/.
+CPU_SOURCES = tuple("%s/%s" % (folder, name) for folder, names in (
+    (SOURCE_DIR_NAME, ("op_def.cc", "cpu_kernel.cc", "launch_plan.cc")),
+    (ROUND_SOURCE_DIR_NAME, ("op_def.cc", "cpu_kernel.cc"))) for name in names)
+GPU_HOST_SOURCE = SOURCE_DIR_NAME + "/gpu_kernel.cc"
+GPU_DEVICE_SOURCE = SOURCE_DIR_NAME + "/gpu_launch.cu"
 
 
 class FusedOpBuildError(RuntimeError):
@@ -73,16 +79,20 @@ class Libraries(collections.namedtuple(
 _Step = collections.namedtuple("_Step", "argv output gpu")
 
 
-def op_source_dir() -> Path:
-    """The op's C++/CUDA sources: package data when installed, ``custom_ops/`` in a checkout."""
+def sources_root() -> Path:
+    """``custom_ops/``, holding one folder per op: package data when installed, the
+    checkout's ``custom_ops/`` otherwise."""
     package = Path(__file__).resolve().parent.parent  # tfamp_rewrite/
-    for candidate in (package / "custom_ops" / SOURCE_DIR_NAME,
-                      package.parent / "custom_ops" / SOURCE_DIR_NAME):
-        if (candidate / "op_def.cc").is_file():
+    for candidate in (package / "custom_ops", package.parent / "custom_ops"):
+        if all((candidate / source).is_file() for source in CPU_SOURCES):
             return candidate
-    raise FusedOpBuildError(f"the UnscaleAndCheckFinite sources are missing (looked in "
-                            f"{package}/custom_ops and {package.parent}/custom_ops); reinstall "
-                            "tfamp_rewrite.")
+    raise FusedOpBuildError(f"the op sources are missing (looked in {package}/custom_ops and "
+                            f"{package.parent}/custom_ops); reinstall tfamp_rewrite.")
+
+
+def op_source_dir() -> Path:
+    """The UnscaleAndCheckFinite op's C++/CUDA sources (``custom_ops/unscale_and_check_finite``)."""
+    return sources_root() / SOURCE_DIR_NAME
 
 
 def cache_root() -> Path:
@@ -138,9 +148,9 @@ def _compiler_identity(cxx: str) -> str:
 
 def _plan(src, cxx, tf_compile, tf_link, cuda, archs):
     """The _Steps of a build, compiles first; the GPU ones only when ``cuda`` is given."""
-    def compile_cxx(name, gpu):
-        obj = name.rsplit(".", 1)[0] + ".o"
-        return _Step((cxx, *CXX_FLAGS, *tf_compile, "-c", str(src / name), "-o", obj), obj, gpu)
+    def compile_cxx(source, gpu):
+        obj = _object_name(source)
+        return _Step((cxx, *CXX_FLAGS, *tf_compile, "-c", str(src / source), "-o", obj), obj, gpu)
 
     steps = [compile_cxx(name, False) for name in CPU_SOURCES]
     cpu_objects = [s.output for s in steps]
@@ -152,7 +162,8 @@ def _plan(src, cxx, tf_compile, tf_link, cuda, archs):
     gpu_steps = [
         compile_cxx(GPU_HOST_SOURCE, True),
         _Step((cuda.nvcc, *NVCC_FLAGS, *abi, *cuda_toolchain.gencode_flags(archs), "-c",
-               str(src / GPU_DEVICE_SOURCE), "-o", "gpu_launch.o"), "gpu_launch.o", True),
+               str(src / GPU_DEVICE_SOURCE), "-o", _object_name(GPU_DEVICE_SOURCE)),
+              _object_name(GPU_DEVICE_SOURCE), True),
     ]
     # Static cudart first and hidden: TF's own libraries may export cudart stubs.
     cudart = ("-L" + cuda.cudart_static_dir, "-Wl,--exclude-libs,libcudart_static.a",
@@ -162,10 +173,16 @@ def _plan(src, cxx, tf_compile, tf_link, cuda, archs):
     return steps + gpu_steps + [link_cpu, link_gpu]
 
 
+def _object_name(source: str) -> str:
+    """``round_to_half/op_def.cc`` -> ``round_to_half-op_def.o`` (one folder for all objects)."""
+    return source.rsplit(".", 1)[0].replace("/", "-") + ".o"
+
+
 def _sources_digest(src: Path) -> str:
+    """A hash of every source in every op folder under ``src`` (``custom_ops/``)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in src.iterdir() if p.suffix in (".h", ".cc", ".cu")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(p for p in src.glob("*/*") if p.suffix in (".h", ".cc", ".cu")):
+        digest.update(path.relative_to(src).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
@@ -234,7 +251,7 @@ def _build_into(directory: Path, steps) -> None:
 def build_libraries(force: bool = False, tensorflow: TensorFlowBuild = None) -> Libraries:
     """The op libraries for ``tensorflow`` (default: the installed one), built unless a
     cached build exists."""
-    src = op_source_dir()
+    src = sources_root()
     cxx = os.environ.get("CXX", "g++")
     tf_version, tf_compile, tf_link = _tensorflow_flags(tensorflow or installed_tensorflow())
     cuda, archs, gpu_skipped, gpu_error = _gpu_toolchain()
@@ -263,7 +280,7 @@ def build_libraries(force: bool = False, tensorflow: TensorFlowBuild = None) -> 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tfamp_rewrite.fused_op.build",
-        description="Build (or find cached) the fused UnscaleAndCheckFinite op libraries.")
+        description="Build (or find cached) the op libraries (UnscaleAndCheckFinite, RoundToHalf).")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     args = parser.parse_args(argv)
     start = time.time()
@@ -272,7 +289,7 @@ def main(argv=None) -> int:
     except (FusedOpBuildError, OSError) as e:
         print(f"tfamp_rewrite: {e}", file=sys.stderr)
         return 1
-    print(f"tfamp_rewrite: UnscaleAndCheckFinite libraries in {libs.directory} "
+    print(f"tfamp_rewrite: op libraries (UnscaleAndCheckFinite, RoundToHalf) in {libs.directory} "
           f"({time.time() - start:.1f} s)")
     print(f"  cpu: {libs.cpu.name}")
     print(f"  gpu: {libs.gpu.name if libs.gpu else 'not built: ' + (libs.gpu_skipped or 'failed')}")

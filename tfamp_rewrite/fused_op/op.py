@@ -15,7 +15,8 @@ Two implementations with identical results:
   the library cannot be built or loaded, or ``TFAMP_DISABLE_FUSED_OP=1``.
 
 The library is loaded (and built, on first use, if no cached build exists) once per
-process; which implementation is used is logged once.  Its CPU kernel picks its
+process; it also holds ``RoundToHalf`` (round_to_half.py).  Which implementation each of
+its users gets is logged once.  Its CPU kernel picks its
 instruction set at run time (AVX-512, AVX2 + F16C, or a portable loop; ``TFAMP_CPU_ISA``
 caps it): ``cpu_kernel_isa()`` says which.
 """
@@ -40,26 +41,46 @@ _GRAD_DTYPES = (tf.float16, tf.float32, tf.bfloat16)
 
 
 class _OpLoader:
-    """Loads the compiled op once, on first use, and logs once which implementation runs."""
+    """Loads the compiled op library once, on first use; each of its users logs once which
+    implementation it gets."""
 
     def __init__(self):
         self._resolved = False
         self._module = None
-        self.path = None  # the loaded library
+        self.path = None      # the loaded library
+        self.failure = None   # why it is not loaded
+        self._told = set()    # users that have logged their choice
 
-    def module(self):
-        """The op's Python module from ``tf.load_op_library``, or None (use the composite)."""
+    def load(self):
+        """The library's Python module from ``tf.load_op_library``, or None (see ``failure``)."""
         if not self._resolved:
             self._resolved = True
             self._module, reason = self._load()
             if self._module is None:
-                _log.warning("tfamp_rewrite: unscale_and_check_finite uses composite TF ops; "
-                             "the fused %s op is unavailable: %s", OP_TYPE, reason)
+                self.failure = reason
             else:
                 self.path = reason  # on success, _load's reason is the library's path
-                _log.info("tfamp_rewrite: unscale_and_check_finite uses the fused %s op (%s).",
-                          OP_TYPE, reason)
         return self._module
+
+    def module(self, user: str = "unscale_and_check_finite", op_type: str = OP_TYPE,
+               fallback: str = "composite TF ops"):
+        """``load()``, logging the first time ``user`` asks whether it runs ``op_type`` or
+        ``fallback``."""
+        module = self.load()
+        self.tell_once(user, op_type, fallback, None if module is not None else self.failure)
+        return module
+
+    def tell_once(self, user: str, op_type: str, fallback: str, unavailable: Optional[str]) -> None:
+        """Logs, the first time for ``user``, that it runs ``op_type`` (``unavailable`` None) or
+        ``fallback`` because of ``unavailable``."""
+        if user in self._told:
+            return
+        self._told.add(user)
+        if unavailable is not None:
+            _log.warning("tfamp_rewrite: %s uses %s; the fused %s op is unavailable: %s", user,
+                         fallback, op_type, unavailable)
+        else:
+            _log.info("tfamp_rewrite: %s uses the fused %s op (%s).", user, op_type, self.path)
 
     @staticmethod
     def _load():
@@ -90,19 +111,25 @@ class _OpLoader:
 _LOADER = _OpLoader()
 
 
+def loader() -> _OpLoader:
+    """The process's loader of the op library (shared by every op in it)."""
+    return _LOADER
+
+
 def fused_op_available() -> bool:
     """True iff the compiled ``UnscaleAndCheckFinite`` op is used (building it if needed)."""
     return _LOADER.module() is not None
 
 
 def cpu_kernel_isa() -> Optional[str]:
-    """The instruction set a CPU kernel of the op built now runs: ``"avx512"``, ``"avx2"``
-    or ``"scalar"`` (this CPU's best, capped by ``$TFAMP_CPU_ISA``); None without the op.
+    """The instruction set a CPU kernel of the library's ops (UnscaleAndCheckFinite,
+    RoundToHalf) built now runs: ``"avx512"``, ``"avx2"`` or ``"scalar"`` (this CPU's best,
+    capped by ``$TFAMP_CPU_ISA``); None without the library.
 
     Kernels read it when TensorFlow constructs them (per session, or per eager op the
     first time it runs), so a new cap applies to sessions created afterwards.
     """
-    if _LOADER.module() is None:
+    if _LOADER.load() is None:
         return None
     query = ctypes.CDLL(_LOADER.path).TfampUnscaleCpuIsa  # the library TensorFlow loaded
     query.restype = ctypes.c_char_p

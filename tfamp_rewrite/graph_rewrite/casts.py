@@ -32,21 +32,24 @@ class AppliedPaint:
     casts: List[CastInfo] = field(default_factory=list)
 
 
-def cast_name(source: str, port: int, to_dtype: int, index: int = None, prefix: str = "") -> str:
+def cast_name(source: str, port: int, to_dtype: int, index: int = None, prefix: str = "",
+              verb: str = "Cast") -> str:
     """Grappler's name: ``<src>-<port>-CastToFp16-<k>-AutoMixedPrecision`` (TF 1.15: no k);
-    ``prefix`` goes before ``CastTo`` (emulation's Casts are ``EmulateCastTo...``)."""
-    kind = prefix + ("CastToFp32" if to_dtype == DT_FLOAT else (
-        "CastToBf16" if to_dtype == DT_BFLOAT16 else "CastToFp16"))
+    ``prefix`` goes before ``CastTo`` (emulation's Casts are ``EmulateCastTo...``), ``verb``
+    replaces ``Cast`` (emulation's rounding ops are ``EmulateRoundTo...``)."""
+    kind = prefix + verb + ("ToFp32" if to_dtype == DT_FLOAT else (
+        "ToBf16" if to_dtype == DT_BFLOAT16 else "ToFp16"))
     parts = [source, str(port), kind] + ([] if index is None else [str(index)]) + [CAST_SUFFIX]
     return "-".join(parts)
 
 
-def unique_cast_name(source: str, port: int, to_dtype: int, taken: Set[str], prefix: str = "") -> str:
+def unique_cast_name(source: str, port: int, to_dtype: int, taken: Set[str], prefix: str = "",
+                     verb: str = "Cast") -> str:
     """``cast_name`` with the smallest index ``k`` not in ``taken`` (which it joins)."""
     index = 0
-    while cast_name(source, port, to_dtype, index, prefix) in taken:
+    while cast_name(source, port, to_dtype, index, prefix, verb) in taken:
         index += 1
-    name = cast_name(source, port, to_dtype, index, prefix)
+    name = cast_name(source, port, to_dtype, index, prefix, verb)
     taken.add(name)
     return name
 

@@ -25,6 +25,11 @@ Casts are shared per producer port and named like Grappler's
 (``<src>-<port>-EmulateCastToFp16-<k>-AutoMixedPrecision``, ``...EmulateCastToFp32...``).
 Cast rounds to nearest even with overflow to inf and keeps half's subnormals: fp16's
 65504 limit and its 2^-24 flush happen exactly where they would on the GPU.
+
+The output holds stock ops only, so it runs on any TensorFlow and may be written out.
+Code that runs the graph in a process with the op library loaded (sessions, ``tfamp-rewrite
+convert --validate``) then turns each rounding pair into one ``RoundToHalf`` node, the same
+bits in one pass instead of two Cast kernels (rounding.py).
 """
 from __future__ import annotations
 
@@ -60,6 +65,9 @@ class EmulationReport:
     rounding_casts: int = 0          # Cast pairs rounding an emulated output to half
     widening_casts: int = 0          # half -> float32 Casts feeding emulated nodes
     narrowing_casts: int = 0         # float32 -> half Casts feeding nodes that stay half
+    # RoundToHalf nodes that took over the rounding Cast pairs afterwards, one per rounded
+    # tensor, here and in function bodies, where the op library is loaded (rounding.py)
+    rounding_ops: int = 0
     # "node:port" of an emulated half output -> the float32 tensor holding its rounded value
     rounded_outputs: Dict[str, str] = field(default_factory=dict)
 
@@ -69,6 +77,7 @@ class EmulationReport:
         self.rounding_casts += other.rounding_casts
         self.widening_casts += other.widening_casts
         self.narrowing_casts += other.narrowing_casts
+        self.rounding_ops += other.rounding_ops
 
 
 def emulate_half(graph_def, nodes: Iterable[str], lookup_op_def: Callable[[str], Optional[object]],

@@ -127,9 +127,10 @@ class RewriteReport:
                 lines.append("  function %s: %s (%s)" % (function.name, function.status, function.reason))
         if self.emulation is not None:
             lines.append("  numerics: emulated -- %d node(s) run float32 kernels on values rounded to %s "
-                         "(%d rounding Cast pair(s), %d widening Cast(s))" % (
+                         "(%d rounding Cast pair(s)%s, %d widening Cast(s))" % (
                              self.emulation.nodes, self.dtype, self.emulation.rounding_casts,
-                             self.emulation.widening_casts))
+                             ", rounding by %d RoundToHalf op(s) now" % self.emulation.rounding_ops
+                             if self.emulation.rounding_ops else "", self.emulation.widening_casts))
         lines.extend("  note: " + note for note in self.notes)
         if self.tensor_cores is not None:
             lines.extend(self.tensor_cores.summary_lines())

@@ -12,5 +12,6 @@ chains and pictures, and ``report_schema`` is the JSON schema of ``--report``.
 around ``conversion``), and ``doctor_command`` is ``tfamp-rewrite doctor``: it starts the
 training doctor in a child process.
 
-May import: the shared basics, ``graph_rewrite`` and ``doctor``.  Not ``training`` or ``fused_op``.
+May import: the shared basics, ``graph_rewrite``, ``doctor`` and ``fused_op`` (whose
+``RoundToHalf`` op validation's emulated graphs round with).  Not ``training``.
 """

@@ -86,7 +86,7 @@ DEFINITIONS = {
         "tensor_cores": _nullable("TensorCoreReport"), "numerics": {"enum": ["native", "emulate"]},
         "emulation": _nullable("EmulationReport")}, closed=False),
     "EmulationReport": _object({"nodes": INTEGER, "rounding_casts": INTEGER, "widening_casts": INTEGER,
-                                "narrowing_casts": INTEGER,
+                                "narrowing_casts": INTEGER, "rounding_ops": INTEGER,
                                 "rounded_outputs": {"type": "object", "additionalProperties": STRING}}),
 }
 

@@ -1,8 +1,9 @@
 """Conversions that measure: validating one, and choosing what stays float32 by data.
 
 ``ConversionChecker`` validates a Conversion as ``--validate`` does (emulated Tensor Core
-numerics without a GPU: the same result on every CPU), the original graph running once
-for all the checks of one command.  ``tuned_conversion`` is ``convert`` plus::
+numerics without a GPU: the same result on every CPU, each rounding one RoundToHalf node
+where the op library loads, else a Cast pair), the original graph running once for all the
+checks of one command.  ``tuned_conversion`` is ``convert`` plus::
 
     --calibration-data (or --auto-tune):  calibration.calibrate on its batches (auto-tune
         without calibration data: on the validation inputs); the kept nodes are excluded
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+from ..fused_op.round_to_half import round_to_half_available
 from ..graph_rewrite.rewrite import emulate_rewritten
+from ..graph_rewrite.rounding import use_rounding_op
 from . import conversion as conversions
 from .auto_tune import AUTO_TUNE, AutoTuneReport, search, topological_names
 from .calibration import KeptNode, calibrate, calibration_batches
@@ -55,10 +58,14 @@ class ConversionChecker:
         """Validates ``conversion``: the file at ``converted_path`` when its half nodes run
         natively, else a copy (emulated, when the numerics are) staged beside OUTPUT."""
         staged = None
+        rounding = ""
         if converted_path is None or self.numerics == "emulate":
             graph_def = conversion.graph_def
             if self.numerics == "emulate":
                 graph_def, _ = emulate_rewritten(conversion.graph_def, conversion.report.rewrite)
+                rounding = "; rounding by Cast pairs"
+                if round_to_half_available():  # the staged copy runs in this process only
+                    rounding = "; rounding by %d RoundToHalf op(s)" % use_rounding_op(graph_def).replaced
             staged = stage_output(conversion.saved, graph_def, self.output,
                                   lambda meta: update_signatures(meta, graph_def))
             converted_path = staged.temporary
@@ -67,7 +74,7 @@ class ConversionChecker:
         finally:
             if staged is not None:
                 staged.discard()
-        report.numerics, report.numerics_reason = self.numerics, self.why
+        report.numerics, report.numerics_reason = self.numerics, self.why + rounding
         return report
 
 

@@ -12,5 +12,6 @@ loss's graph) and ``doctor_session`` / ``doctor_state`` / ``doctor_run`` (sessio
 probe a program's float32 graph in place of the rewrite).
 
 May import: the shared basics, ``graph_rewrite`` (the pass it runs), ``doctor`` (the probes)
-and ``fused_op`` (the unscale-and-check step of loss scaling).  Not ``saved_graph``.
+and ``fused_op`` (the unscale-and-check step of loss scaling, and the RoundToHalf op that
+emulated numerics round with).  Not ``saved_graph``.
 """

@@ -11,7 +11,9 @@ savers and checkpoints are name-for-name those of the float32 graph.
 operations, names, objects with ``_as_graph_element``, SparseTensor, IndexedSlices) to the
 private graph; a fetched tensor whose dtype the rewrite changed is cast back, so fetched
 values always come back in the user graph's dtypes.  With emulated numerics a fetched
-output of an emulated node is its value rounded to half, as the GPU would return it.
+output of an emulated node is its value rounded to half, as the GPU would return it; the
+rounding runs as one ``RoundToHalf`` node per tensor where the op library loads and no GPU
+is visible, else as emulation's Cast pairs (graph_rewrite/rounding.py; logged once).
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from typing import Dict, List
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+from ..fused_op.round_to_half import round_to_half_available
 from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
-from ..graph_rewrite.emulation import is_emulation_cast
 from ..graph_rewrite.graph_view import GraphView, parse_input
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
+from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 
@@ -61,6 +64,8 @@ class ShadowGraph:
             graph_def = self.user_graph.as_graph_def()
             result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
                                        numerics=self.numerics)
+            if result.report.emulation is not None and round_to_half_available():
+                use_rounding_op(result.graph_def, result.report.emulation)
             self.reports.append(result.report)
             if result.report.emulation is not None:
                 self._rounded.update(result.report.emulation.rounded_outputs)
@@ -223,11 +228,12 @@ def _additions(rewritten_def, new: set, imported: set):
     rewrite put after an already-imported node assumed that node's dtype in the fresh
     rewrite; it is dropped and its consumers read the node directly, leaving
     ``reconcile_dtypes`` to cast according to the dtype the node really has.  Emulation's
-    Casts are float32 -> half -> float32 whatever the node's paint: they are imported.
+    Casts (and RoundToHalf nodes) are float32 -> half -> float32 whatever the node's paint:
+    they are imported.
     """
     additions, dropped = [], {}
     for node in rewritten_def.node:
-        if node.name in new or (node.name not in imported and is_emulation_cast(node)):
+        if node.name in new or (node.name not in imported and is_emulation_node(node)):
             additions.append(node)
         elif node.name not in imported and node.op == "Cast" and node.name.endswith(CAST_SUFFIX):
             source, _ = parse_input(node.input[0])
