@@ -39,6 +39,7 @@ from tfamp_rewrite.fused_op import round_to_half as rounding
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
 from cpu_features import ISAS, describe_cpu  # noqa: E402
+from cpu_path_sessions import runs_per_cpu_path  # noqa: E402
 
 _tf = tf.compat.v1
 HALF_TYPES = {"float16": tf.float16, "bfloat16": tf.bfloat16}
@@ -50,15 +51,6 @@ SCENARIOS = {"in_place": "in place (emulation's case)", "new_buffer": "new buffe
 def random_values(rng, size):
     magnitudes = np.exp2(rng.uniform(-30, 17, size))
     return (magnitudes * rng.choice([-1.0, 1.0], size)).astype(np.float32)
-
-
-def plain_config():
-    config = _tf.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = _tf.OptimizerOptions.L0
-    config.graph_options.optimizer_options.do_constant_folding = False
-    config.graph_options.optimizer_options.do_common_subexpression_elimination = False
-    return config
 
 
 def build(values, half, module):
@@ -81,21 +73,7 @@ def build(values, half, module):
 def runs(values, half, module, isas):
     """``{(scenario, variant): callable}``; RoundToHalf once per CPU path (its own Session)."""
     graph, init, targets = build(values, half, module)
-    sessions, result = [], {}
-    for isa in isas:
-        os.environ[fused_op.CPU_ISA_ENV] = isa
-        session = _tf.Session(graph=graph, config=plain_config())
-        session.run(init)
-        for scenario in SCENARIOS:
-            target = targets[(scenario, "op")]
-            session.run(target)  # constructs the kernel now, on this path
-            result[(scenario, "RoundToHalf " + isa)] = lambda s=session, t=target: s.run(t)
-        sessions.append(session)
-    os.environ.pop(fused_op.CPU_ISA_ENV, None)
-    for (scenario, variant), target in targets.items():
-        if variant != "op":
-            result[(scenario, variant)] = lambda t=target: sessions[0].run(t)
-    return sessions, result
+    return runs_per_cpu_path(graph, targets, "op", "RoundToHalf ", isas, lambda session: session.run(init))
 
 
 def median_times(calls, repeats):

@@ -45,6 +45,7 @@ from tfamp_rewrite.fused_op import op as fused_op
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
 from cpu_features import describe_cpu  # noqa: E402
+from cpu_path_sessions import runs_per_cpu_path  # noqa: E402
 
 ISAS = ("avx512", "avx2", "scalar")
 
@@ -117,27 +118,8 @@ def _session_runs(arrays, isas):
             unscaled, all_finite = fused_op._unscale_composite(grads, inv_scale)
             targets[(scenario, "composite")] = tf.group(*unscaled, all_finite)
         init = _tf.global_variables_initializer()
-    config = _tf.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    # Nor the classic optimizer: it would merge the Fills of equal shapes and fold them to Consts.
-    config.graph_options.optimizer_options.opt_level = _tf.OptimizerOptions.L0
-    config.graph_options.optimizer_options.do_constant_folding = False
-    config.graph_options.optimizer_options.do_common_subexpression_elimination = False
-    sessions, runs = [], {}
-    for isa in isas:
-        os.environ[fused_op.CPU_ISA_ENV] = isa
-        session = _tf.Session(graph=graph, config=config)
-        session.run(init, dict(zip(feeds, arrays)))
-        for scenario in gradients:
-            target = targets[(scenario, "fused")]
-            session.run(target)  # constructs the kernel now, on this path
-            runs[(scenario, FUSED + isa)] = (lambda s=session, t=target: s.run(t))
-        sessions.append(session)
-    os.environ.pop(fused_op.CPU_ISA_ENV, None)
-    for (scenario, variant), target in targets.items():
-        if variant != "fused":
-            runs[(scenario, variant)] = lambda t=target: sessions[0].run(t)
-    return sessions, runs
+    return runs_per_cpu_path(graph, targets, "fused", FUSED, isas,
+                             lambda session: session.run(init, dict(zip(feeds, arrays))))
 
 
 FUSED = "fused UnscaleAndCheckFinite, "
