@@ -15,12 +15,14 @@ where TensorFlow's float16 kernels are far slower than its float32 ones: on a CP
 not expected to be faster, and the ratios to read are the bytes.  ``AMP emulated``
 (``TFAMP_REWRITE_NUMERICS=emulate``) runs the same rewrite on float32 kernels with values
 rounded to half (one RoundToHalf op per rounding where the op library loads, else a Cast
-pair): its time over fp32's is what emulating Tensor Core numerics costs on a CPU.  The
+pair): its time over fp32's is what emulating Tensor Core numerics costs on a CPU.
+``AMP em.Cast`` is the same with ``TFAMP_DISABLE_ROUNDING_OP=1``: stock Cast pairs only,
+as a graph written by ``rewrite_graph_def(numerics="emulate")`` runs anywhere.  The
 default model has ResNet-50's depth at a quarter of its width, on 32x32 images, to finish
 in minutes on a CPU; ``--width 64 --image_size 224 --batch_size 256`` is the real one (GPU).
 
 A second table times ``examples/train_tf1/train.py`` (the conv net of ``make demo``) the
-same three ways: the median time of a training step after the first ten.
+same four ways (fp32, AMP, both emulations): the median time of a training step after the first ten.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ CONFIGS = {
     "fp32_xla": ("fp32+XLA", ["--use_xla"], {}),
     "amp": ("AMP", ["--use_tf_amp"], NATIVE),
     "amp_emulated": ("AMP emul.", ["--use_tf_amp"], EMULATE),
+    "amp_emulated_casts": ("AMP em.Cast", ["--use_tf_amp"], dict(EMULATE, TFAMP_DISABLE_ROUNDING_OP="1")),
     "amp_xla": ("AMP+XLA", ["--use_tf_amp", "--use_xla"], NATIVE),
     "amp_emulated_xla": ("AMP em.+XLA", ["--use_tf_amp", "--use_xla"], EMULATE),
 }
@@ -56,7 +59,7 @@ def parse_args(argv=None):
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--num_iter", type=int, default=20)
     parser.add_argument("--warmup_steps", type=int, default=5)
-    parser.add_argument("--configs", default="fp32,amp,amp_emulated,amp_xla",
+    parser.add_argument("--configs", default="fp32,amp,amp_emulated,amp_emulated_casts,amp_xla",
                         help="comma-separated, from: %s" % ", ".join(CONFIGS))
     parser.add_argument("--train_tf1_steps", type=int, default=200,
                         help="training steps of each train_tf1 run (0: skip that table)")
@@ -115,10 +118,10 @@ def train_tf1_table(results):
     times = [(label, statistics.median(h["seconds"] for h in result["history"][10:]), result)
              for label, result in results]
     base = times[0][1]
-    lines = ["%-10s %14s %8s %11s %9s" % ("config", "step ms (med)", "vs " + results[0][0], "final loss",
+    lines = ["%-11s %14s %8s %11s %9s" % ("config", "step ms (med)", "vs " + results[0][0], "final loss",
                                            "test acc")]
     for label, seconds, result in times:
-        lines.append("%-10s %14.2f %8s %11.4f %9.4f" % (
+        lines.append("%-11s %14.2f %8s %11.4f %9.4f" % (
             label, 1e3 * seconds, ratio(seconds, base), result["history"][-1]["loss"],
             result["test_accuracy"]))
     return "\n".join(lines)
@@ -178,7 +181,7 @@ def main(argv=None):
     if args.train_tf1_steps:
         tf1_results = []
         with tempfile.TemporaryDirectory() as scratch:
-            for name in ("fp32", "amp", "amp_emulated"):
+            for name in ("fp32", "amp", "amp_emulated", "amp_emulated_casts"):
                 tf1_results.append((CONFIGS[name][0], run_train_tf1(
                     name, args.train_tf1_steps, os.path.join(scratch, name + ".json"))))
         print("\ntrain_tf1 (digits conv net, batch 64): %d steps" % args.train_tf1_steps)

@@ -187,3 +187,14 @@ def test_a_visible_gpu_rounds_with_casts(monkeypatch, caplog):
         rounds_with_casts()
     (record,) = cast_pair_records(caplog)
     assert "GPU is visible" in record.getMessage() and "CPU kernel only" in record.getMessage()
+
+
+def test_rounding_op_alone_can_be_disabled_and_the_unscale_op_stays(monkeypatch, caplog):
+    monkeypatch.setenv(rounding.DISABLE_ENV, "1")
+    fresh_choice(monkeypatch)
+    with caplog.at_level(logging.INFO, logger=fused_op.__name__):
+        assert not rounding.round_to_half_available()
+        rounds_with_casts()
+    (record,) = cast_pair_records(caplog)
+    assert rounding.DISABLE_ENV in record.getMessage()
+    assert fused_op.loader().module() is not None  # UnscaleAndCheckFinite is still fused

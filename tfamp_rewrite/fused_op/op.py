@@ -40,6 +40,11 @@ CPU_ISA_ENV = "TFAMP_CPU_ISA"
 _GRAD_DTYPES = (tf.float16, tf.float32, tf.bfloat16)
 
 
+def env_flag(name: str) -> bool:
+    """Whether environment variable ``name`` is set to something other than 0/false/no."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
 class _OpLoader:
     """Loads the compiled op library once, on first use; each of its users logs once which
     implementation it gets."""
@@ -86,7 +91,7 @@ class _OpLoader:
     def _load():
         from . import build  # only needed once, on first use
 
-        if os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+        if env_flag(DISABLE_ENV):
             return None, f"disabled by {DISABLE_ENV}={os.environ[DISABLE_ENV]}"
         try:
             libraries = build.build_libraries()

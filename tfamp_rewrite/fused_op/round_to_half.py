@@ -7,18 +7,22 @@ see ``custom_ops/round_to_half/round_element.h``), in one pass over memory inste
 TensorFlow Cast kernels.  Emulated Tensor Core numerics (graph_rewrite/emulation.py)
 round every half tensor this way.
 
-The op lives in the library ``op.py`` loads (``TFAMP_DISABLE_FUSED_OP=1`` disables it too)
-and has a CPU kernel only, so ``round_to_half_available()`` is False where a GPU is
-visible: a rounding placed on the host would copy each tensor off the GPU and back.  Where
-it is False, ``round_to_half`` is the Cast pair.  Which one runs is logged once.
+The op lives in the library ``op.py`` loads (``TFAMP_DISABLE_FUSED_OP=1`` disables it too;
+``TFAMP_DISABLE_ROUNDING_OP=1`` disables it alone) and has a CPU kernel only, so
+``round_to_half_available()`` is False where a GPU is visible: a rounding placed on the
+host would copy each tensor off the GPU and back.  Where it is False, ``round_to_half`` is
+the Cast pair.  Which one runs is logged once.
 """
 from __future__ import annotations
+
+import os
 
 import tensorflow as tf
 
 from . import op
 
 ROUND_OP_TYPE = "RoundToHalf"
+DISABLE_ENV = "TFAMP_DISABLE_ROUNDING_OP"
 _USER = "emulated rounding to half"
 _FALLBACK = "Cast pairs"
 
@@ -35,7 +39,10 @@ class _RoundingChoice:
         if not self._decided:
             self._decided = True
             gpus = tf.config.experimental.list_physical_devices("GPU")
-            if gpus:
+            if op.env_flag(DISABLE_ENV):
+                op.loader().tell_once(_USER, ROUND_OP_TYPE, _FALLBACK, "disabled by %s=%s"
+                                      % (DISABLE_ENV, os.environ[DISABLE_ENV]))
+            elif gpus:
                 op.loader().tell_once(_USER, ROUND_OP_TYPE, _FALLBACK, "a GPU is visible (%s) and it has "
                                       "a CPU kernel only" % gpus[0].name)
             else:
