@@ -37,7 +37,8 @@ import tensorflow as tf
 from tfamp_rewrite.fused_op import op as fused_op
 from tfamp_rewrite.fused_op import round_to_half as rounding
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(_HERE, "..", "tests", "support")]  # also when imported by path
 from cpu_features import ISAS, describe_cpu  # noqa: E402
 from cpu_path_sessions import runs_per_cpu_path  # noqa: E402
 
