@@ -22,6 +22,7 @@ QUANTIZED = frozenset({DT_QINT8, DT_QUINT8, DT_QINT32, DT_QINT16, DT_QUINT16})
 
 # The low-precision targets the rewrite supports, by their Python names.
 TARGET_DTYPES = {"float16": DT_HALF, "bfloat16": DT_BFLOAT16}
+HALF_DTYPES = frozenset(TARGET_DTYPES.values())
 
 _NAMES = {
     DT_FLOAT: "float32",

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from ..dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF
+from ..dtypes import DT_FLOAT, HALF_DTYPES
 from ..graph_rewrite.graph_view import GraphView
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup
@@ -42,7 +42,6 @@ WEIGHT_GRADIENT = "weight_gradient"
 ROLES = (FORWARD, ACTIVATION_GRADIENT, WEIGHT_GRADIENT)
 GRADIENT_ROLES = (ACTIVATION_GRADIENT, WEIGHT_GRADIENT)
 
-_HALF = frozenset({DT_HALF, DT_BFLOAT16})
 _BACKWARD_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _SEED_OPS = frozenset({"Fill", "OnesLike"})
 _PASS_BACK = frozenset({"Identity", "IdentityN", "AddN", "Snapshot"})
@@ -104,7 +103,7 @@ def plan_probes(graph_def, rewritten_def, report: RewriteReport,
     for name in converted:
         i, r = original.index[name], rewritten.index[name]
         for port in range(len(original.out_attrs[i] or ())):
-            if _dtype_out(original, i, port) == DT_FLOAT and _dtype_out(rewritten, r, port) in _HALF:
+            if _dtype_out(original, i, port) == DT_FLOAT and _dtype_out(rewritten, r, port) in HALF_DTYPES:
                 half_nodes.setdefault((i, port), []).insert(0, name)
         if len(rewritten.inputs[r]) != len(original.inputs[i]):
             continue
@@ -112,7 +111,7 @@ def plan_probes(graph_def, rewritten_def, report: RewriteReport,
             if original.ops[i] in _SHAPE_READERS:
                 break
             if (_dtype_out(original, src, port) == DT_FLOAT
-                    and rewritten.vertex_dtype[rewritten.input_vertex(r, k)] in _HALF):
+                    and rewritten.vertex_dtype[rewritten.input_vertex(r, k)] in HALF_DTYPES):
                 readers = half_nodes.setdefault((src, port), [])
                 if name not in readers:
                     readers.append(name)

@@ -36,12 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Optional, Set, Tuple
 
-from ..dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF
+from ..dtypes import DT_FLOAT, HALF_DTYPES
 from .casts import CAST_SUFFIX, add_cast_node, set_type_attr, unique_cast_name
 from .eligibility import EMULATED_ATTR
 from .graph_view import GraphView
 
-_HALF_KINDS = frozenset({DT_HALF, DT_BFLOAT16})
 # Ops whose float outputs are copies or selections of their float inputs (or 0 / 1): fed
 # half values, they produce half values, so rounding after them would change nothing.
 VALUE_PRESERVING_OPS = frozenset({
@@ -101,7 +100,7 @@ def emulate_half(graph_def, nodes: Iterable[str], lookup_op_def: Callable[[str],
     for dst, data in enumerate(view.inputs):
         for k, (src, port) in enumerate(data):
             produced = view.vertex_dtype[view.output_vertex(src, port)]
-            if produced not in _HALF_KINDS:
+            if produced not in HALF_DTYPES:
                 continue
             wants_float = k in half_inputs.get(dst, ())
             if src in emulated and _is_retyped_output(view, src, port):
@@ -124,7 +123,7 @@ def _retype_half_attrs(view: GraphView, node: int) -> Set[int]:
     """Sets ``node``'s half type attributes to float32; returns its input ports that were half."""
     changed = set()
     for type_attr, vertex in view.vertices[node].items():
-        if type_attr[0] and view.vertex_dtype[vertex] in _HALF_KINDS:
+        if type_attr[0] and view.vertex_dtype[vertex] in HALF_DTYPES:
             set_type_attr(view.nodes[node], type_attr, DT_FLOAT)
             changed.add(type_attr)
     return {k for k, attr in enumerate(view.in_attrs[node]) if attr in changed}
@@ -138,7 +137,7 @@ def _is_retyped_output(view: GraphView, node: int, port: int) -> bool:
 def _half_output_ports(view: GraphView, node: int):
     outs = view.out_attrs[node] or ()
     for port, attr in enumerate(outs):
-        if attr[0] and view.vertex_dtype[view.vertices[node][attr]] in _HALF_KINDS:
+        if attr[0] and view.vertex_dtype[view.vertices[node][attr]] in HALF_DTYPES:
             yield port
 
 

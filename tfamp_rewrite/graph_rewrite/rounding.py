@@ -33,7 +33,7 @@ from typing import Dict, Optional
 
 from tensorflow.core.framework import node_def_pb2
 
-from ..dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF
+from ..dtypes import DT_FLOAT, HALF_DTYPES
 from .casts import CAST_SUFFIX, unique_cast_name
 from .eligibility import device_type
 from .emulation import EmulationReport, is_emulation_cast
@@ -43,7 +43,6 @@ from .rewrite import op_def_lookup
 
 ROUND_OP_TYPE = "RoundToHalf"
 HALF_TYPE_ATTR = "half_type"
-_HALF_KINDS = frozenset({DT_HALF, DT_BFLOAT16})
 
 
 @dataclass
@@ -154,7 +153,7 @@ def _narrowing_cast_of_pair(node, nodes) -> Optional[object]:
     """N when ``node`` is the W of a rounding pair ``N = Cast(x, half) -> W = Cast(N, float32)``
     of the rewrite's Casts (module docstring)."""
     half = node.attr["SrcT"].type if node.op == "Cast" else None
-    if half not in _HALF_KINDS or not _is_rewrite_cast(node, half, DT_FLOAT):
+    if half not in HALF_DTYPES or not _is_rewrite_cast(node, half, DT_FLOAT):
         return None
     name, port = parse_input(node.input[0])
     narrow = nodes.get(name)

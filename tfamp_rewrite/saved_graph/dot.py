@@ -21,13 +21,13 @@ import tempfile
 from collections import deque
 from typing import Dict, List, Optional, Set
 
+from ..dtypes import HALF_DTYPES
 from ..errors import ConversionError
 from ..graph_rewrite.graph_view import parse_input
 from ..graph_rewrite.report import RewriteReport
 from .explain import reason_chain
 from .writer import write_file_atomically
 
-_HALF_TYPES = frozenset({19, 14})  # DT_HALF, DT_BFLOAT16
 _TYPE_ATTRS = ("T", "dtype", "DstT")
 _COLOURS = {"half": "#b6d7a8", "cast": "#ffe599", "deny": "#ea9999", "blocked": "#f4cccc",
             "preserved": "#cfe2f3", "float32": "#ffffff"}
@@ -90,7 +90,7 @@ def _kind(node, decision, is_cast: bool) -> str:
 
 
 def _is_half(node) -> bool:
-    return any(name in node.attr and node.attr[name].type in _HALF_TYPES for name in _TYPE_ATTRS)
+    return any(name in node.attr and node.attr[name].type in HALF_DTYPES for name in _TYPE_ATTRS)
 
 
 def _escape(text: str) -> str:
