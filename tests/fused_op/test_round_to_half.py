@@ -166,14 +166,19 @@ def rounds_with_casts():
         np.testing.assert_array_equal(session.run(rounded), [np.inf, 1.0])
 
 
-def test_disabled_library_rounds_with_casts_and_says_so_once(monkeypatch, caplog):
-    monkeypatch.setenv(fused_op.DISABLE_ENV, "1")
+def cast_pair_fallback_message(monkeypatch, caplog) -> str:
+    """With a fresh choice: RoundToHalf is unavailable, Casts round; the one log line saying so."""
     fresh_choice(monkeypatch)
     with caplog.at_level(logging.INFO, logger=fused_op.__name__):
         assert not rounding.round_to_half_available()
         rounds_with_casts()
     (record,) = cast_pair_records(caplog)
-    assert fused_op.DISABLE_ENV in record.getMessage()
+    return record.getMessage()
+
+
+def test_disabled_library_rounds_with_casts_and_says_so_once(monkeypatch, caplog):
+    monkeypatch.setenv(fused_op.DISABLE_ENV, "1")
+    assert fused_op.DISABLE_ENV in cast_pair_fallback_message(monkeypatch, caplog)
 
 
 def test_a_visible_gpu_rounds_with_casts(monkeypatch, caplog):
@@ -181,20 +186,11 @@ def test_a_visible_gpu_rounds_with_casts(monkeypatch, caplog):
     gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
     monkeypatch.setattr(tf.config.experimental, "list_physical_devices",
                         lambda kind=None: [gpu] if kind == "GPU" else [])
-    fresh_choice(monkeypatch)
-    with caplog.at_level(logging.INFO, logger=fused_op.__name__):
-        assert not rounding.round_to_half_available()
-        rounds_with_casts()
-    (record,) = cast_pair_records(caplog)
-    assert "GPU is visible" in record.getMessage() and "CPU kernel only" in record.getMessage()
+    message = cast_pair_fallback_message(monkeypatch, caplog)
+    assert "GPU is visible" in message and "CPU kernel only" in message
 
 
 def test_rounding_op_alone_can_be_disabled_and_the_unscale_op_stays(monkeypatch, caplog):
     monkeypatch.setenv(rounding.DISABLE_ENV, "1")
-    fresh_choice(monkeypatch)
-    with caplog.at_level(logging.INFO, logger=fused_op.__name__):
-        assert not rounding.round_to_half_available()
-        rounds_with_casts()
-    (record,) = cast_pair_records(caplog)
-    assert rounding.DISABLE_ENV in record.getMessage()
+    assert rounding.DISABLE_ENV in cast_pair_fallback_message(monkeypatch, caplog)
     assert fused_op.loader().module() is not None  # UnscaleAndCheckFinite is still fused
