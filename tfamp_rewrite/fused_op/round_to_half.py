@@ -38,18 +38,24 @@ class _RoundingChoice:
         """The op library's module when RoundToHalf may be used here, else None."""
         if not self._decided:
             self._decided = True
-            gpus = tf.config.experimental.list_physical_devices("GPU")
-            if op.env_flag(DISABLE_ENV):
-                op.loader().tell_once(_USER, ROUND_OP_TYPE, _FALLBACK, "disabled by %s=%s"
-                                      % (DISABLE_ENV, os.environ[DISABLE_ENV]))
-            elif gpus:
-                op.loader().tell_once(_USER, ROUND_OP_TYPE, _FALLBACK, "a GPU is visible (%s) and it has "
-                                      "a CPU kernel only" % gpus[0].name)
+            reason = _not_here()
+            if reason is not None:
+                op.loader().tell_once(_USER, ROUND_OP_TYPE, _FALLBACK, reason)
             else:
                 self._module = op.loader().module(_USER, ROUND_OP_TYPE, _FALLBACK)
                 if self._module is not None:
                     _register_gradient()
         return self._module
+
+
+def _not_here():
+    """Why RoundToHalf must not run in this process whether or not the library loads; None if it may."""
+    if op.env_flag(DISABLE_ENV):
+        return "disabled by %s=%s" % (DISABLE_ENV, os.environ[DISABLE_ENV])
+    gpus = tf.config.experimental.list_physical_devices("GPU")
+    if gpus:
+        return "a GPU is visible (%s) and it has a CPU kernel only" % gpus[0].name
+    return None
 
 
 _CHOICE = _RoundingChoice()
