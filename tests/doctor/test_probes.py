@@ -14,7 +14,8 @@ tf1 = tf.compat.v1
 
 def plan_of(graph, **kwargs):
     graph_def = graph.as_graph_def()
-    result = rewrite_graph_def(graph_def, target="gpu")
+    # compat="latest": sq (a Mul after a MatMul) is half where infer-after-allow applies
+    result = rewrite_graph_def(graph_def, target="gpu", compat="latest")
     return plan_probes(graph_def, result.graph_def, result.report, **kwargs)
 
 

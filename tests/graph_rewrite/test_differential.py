@@ -46,7 +46,7 @@ def test_same_dtypes_as_tensorflow(model, dtype):
 def test_function_bodies_are_rewritten_like_tensorflow():
     """The meta-optimizer rewrites reachable function bodies; so do we (and report it)."""
     graph = MODELS["function_call"]()
-    ours = rewrite_graph_def(graph.graph_def, fetches=graph.fetches, target="cpu")
+    ours = rewrite_graph_def(graph.graph_def, fetches=graph.fetches, target="cpu", compat="latest")
     (function,) = ours.report.functions
     assert function.status == "rewritten"
     converted = sorted((d.category, d.op) for d in function.report.decisions if d.converted)

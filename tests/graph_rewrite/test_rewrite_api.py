@@ -13,7 +13,7 @@ HALF, BF16, FLOAT = 19, 14, 1
 @pytest.mark.parametrize("kwargs,words", [
     ({"dtype": "float8"}, "'float16' or 'bfloat16'"),
     ({"target": "tpu"}, "'gpu' or 'cpu'"),
-    ({"compat": "tf1.14"}, "latest, tf2.15, tf1.15"),
+    ({"compat": "tf1.14"}, "'latest', 'tf2.15', 'tf1.15', or 'auto'"),
     ({"fetches": ["nope"]}, "fetch 'nope' is not a node"),
     ({"feeds": ["y:0"]}, "feed 'y:0' is not a node"),
     ({"dtype": "bfloat16", "compat": "tf1.15"}, "only converts to float16"),

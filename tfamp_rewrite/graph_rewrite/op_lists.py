@@ -18,8 +18,9 @@ import os
 from dataclasses import dataclass
 from typing import FrozenSet, Iterable, Mapping, Optional, Union
 
+from .compat import COMPATS
+
 CATEGORIES = ("allow", "infer", "deny", "clear")
-COMPATS = ("latest", "tf2.15", "tf1.15")
 
 _ENV_PREFIX = "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_"
 # Newest names first; TF 1.15 / NVIDIA names as aliases.
@@ -236,13 +237,16 @@ def apply_override(base: OpLists, lists: ListsOverride) -> OpLists:
     return OpLists(**sets).edited(add, remove)
 
 
-def apply_level(lists: OpLists, level: str) -> OpLists:
+def apply_level(lists: OpLists, level: str, dtype: str = "float16") -> OpLists:
     """TensorFlow's ``..._GRAPH_REWRITE_LEVEL`` list transforms.
 
-    TENSOR_CORES_ONLY keeps only the allow list; TREAT_INFER_AS_DENY moves infer ops to
-    deny.  (UNSAFE_FORCE_ALL is a painting rule, handled by the painter.)
+    TENSOR_CORES_ONLY keeps only the allow list of the float16 (CUDA) lists; TensorFlow's
+    oneDNN bfloat16 lists never read it (``AutoMixedPrecisionListsMkl`` has no
+    ``IsPseudoFastMath`` check), so bfloat16 keeps all four.  TREAT_INFER_AS_DENY moves
+    infer ops to deny in every mode.  (UNSAFE_FORCE_ALL is a painting rule, handled by
+    the painter.)
     """
-    if level == "TENSOR_CORES_ONLY":
+    if level == "TENSOR_CORES_ONLY" and dtype == "float16":
         return OpLists(lists.allow, frozenset(), frozenset(), frozenset())
     if level == "TREAT_INFER_AS_DENY":
         return OpLists(lists.allow, frozenset(), lists.deny | lists.infer, lists.clear)
@@ -264,5 +268,5 @@ def effective_lists(dtype: str = "float16", compat: str = "latest",
     result = builtin_lists(dtype, compat)
     if not isinstance(lists, OpLists):
         add, remove = env_list_edits(environ)
-        result = apply_level(result.edited(add, remove), read_level(environ))
+        result = apply_level(result.edited(add, remove), read_level(environ), dtype)
     return apply_override(result, lists).validate()

@@ -28,13 +28,14 @@ from ..dtypes import DT_FLOAT, TARGET_DTYPES
 from ..errors import GraphRewriteError
 from ..tf_compat import KernelIndex, lookup_op_def
 from .casts import AppliedPaint, apply_paint
+from .compat import AUTO, resolve_compat
 from .decisions import ReportBuilder
 from .eligibility import TARGETS, HalfSupport, node_eligibility
 from .emulation import EmulationReport, emulate_half
 from .forward_compat import strip_default_attrs
 from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
 from .graph_view import GraphView, parse_input
-from .op_lists import COMPATS, ListsOverride, OpLists, effective_lists, read_level
+from .op_lists import ListsOverride, OpLists, effective_lists, read_level
 from .painter import Painter, PaintRules, rules_for
 from .report import FunctionReport, RewriteReport
 
@@ -71,7 +72,7 @@ class RewriteOptions:
         return self.compat != "tf1.15"
 
 
-def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "latest",
+def make_options(dtype: str = "float16", target: str = "gpu", compat: str = AUTO,
                  lists: ListsOverride = None, environ: Mapping[str, str] = None,
                  numerics: str = "native") -> RewriteOptions:
     """Validates the arguments and reads the list / level environment variables."""
@@ -82,8 +83,7 @@ def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "lat
         raise ValueError("dtype=%r is not supported; use 'float16' or 'bfloat16'" % (dtype,))
     if target not in TARGETS:
         raise ValueError("target=%r is not supported; use 'gpu' or 'cpu'" % (target,))
-    if compat not in COMPATS:
-        raise ValueError("compat=%r is not supported; use one of %s" % (compat, ", ".join(COMPATS)))
+    compat = resolve_compat(compat, dtype)
     level = read_level(environ)
     if level == "UNSAFE_FORCE_ALL" and dtype == "bfloat16":
         raise ValueError("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_LEVEL=UNSAFE_FORCE_ALL cannot be "
@@ -95,7 +95,7 @@ def make_options(dtype: str = "float16", target: str = "gpu", compat: str = "lat
 
 
 def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = (),
-                      dtype: str = "float16", target: str = "gpu", compat: str = "latest",
+                      dtype: str = "float16", target: str = "gpu", compat: str = AUTO,
                       lists: ListsOverride = None, op_types_to_exclude: Iterable[str] = (),
                       nodes_to_exclude: Iterable[str] = (), numerics: str = "native") -> RewriteResult:
     """Returns a mixed-precision copy of ``graph_def`` and the report of every decision.
@@ -106,9 +106,10 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
         keep their dtypes.
       dtype: ``"float16"`` or ``"bfloat16"``.
       target: ``"gpu"`` (convert unplaced and GPU nodes) or ``"cpu"`` (CPU nodes too).
-      compat: ``"latest"`` (newest TensorFlow), ``"tf2.15"`` or ``"tf1.15"`` (that
-        version's lists and algorithm; ``"tf1.15"`` also leaves default-valued attributes
-        out, so TensorFlow 1.15 can read a graph a newer TensorFlow wrote).
+      compat: ``"auto"`` (the running TensorFlow's pass), ``"latest"`` (newest TensorFlow),
+        ``"tf2.15"`` or ``"tf1.15"`` (that version's lists and algorithm; ``"tf1.15"`` also
+        leaves default-valued attributes out, so TensorFlow 1.15 can read a graph a newer
+        TensorFlow wrote).  See compat.py; the report names the compat used.
       lists: an ``OpLists`` replacing the lists, or a mapping of edits such as
         ``{"deny_add": ["Tanh"], "clear_remove": ["Relu"]}`` applied after the
         environment variables.

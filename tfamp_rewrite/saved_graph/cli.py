@@ -140,10 +140,10 @@ def _add_rewrite_options(parser) -> None:
     group.add_argument("--target", choices=("gpu", "cpu"), default="gpu",
                        help="device whose nodes are converted, and whose kernels are required "
                        "(default gpu)")
-    group.add_argument("--compat", choices=("latest", "tf2.15", "tf1.15"), default="latest",
-                       help="whose op lists and rules: the newest TensorFlow (default), 2.15 or 1.15 "
-                       "(tf1.15 also leaves default-valued attributes out, so TensorFlow 1.15 reads "
-                       "graphs a newer TensorFlow wrote)")
+    group.add_argument("--compat", choices=("auto", "latest", "tf2.15", "tf1.15"), default="auto",
+                       help="whose op lists and rules: the installed TensorFlow's (auto, the default), "
+                       "the newest TensorFlow's, 2.15's or 1.15's (tf1.15 also leaves default-valued "
+                       "attributes out, so TensorFlow 1.15 reads graphs a newer TensorFlow wrote)")
     group.add_argument("--keep-io-types", dest="keep_io_types", action="store_true", default=True,
                        help="graph inputs/outputs and signatures keep float32, with Casts at the "
                        "boundary (default)")
@@ -222,10 +222,12 @@ def _import_tensorflow_quietly() -> None:
 
 
 def _options(args):
+    from ..graph_rewrite.compat import resolve_compat
     from .conversion import ConvertOptions
 
     return ConvertOptions(
-        dtype=args.dtype, target=args.target, compat=args.compat, keep_io_types=args.keep_io_types,
+        dtype=args.dtype, target=args.target, compat=resolve_compat(args.compat, args.dtype),
+        keep_io_types=args.keep_io_types,
         inputs=_names(args.inputs), outputs=_names(args.outputs), signature=args.signature_def,
         op_types_to_exclude=_names(args.op_types_to_exclude),
         op_types_to_include=_names(args.op_types_to_include), nodes_to_exclude=list(args.nodes_to_exclude),
@@ -292,7 +294,7 @@ def _run_convert(args) -> int:
     report = conversion.report
     staged = stage_output(saved, conversion.graph_def, args.output,
                           lambda meta: update_signatures(meta, conversion.graph_def),
-                          stripped_default_attrs=args.compat == "tf1.15")
+                          stripped_default_attrs=options.compat == "tf1.15")
     try:
         if checker is not None:
             report.validation = checker.check(conversion, staged.temporary)

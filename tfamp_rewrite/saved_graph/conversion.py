@@ -50,7 +50,7 @@ class ConvertOptions:
 
     dtype: str = "float16"
     target: str = "gpu"
-    compat: str = "latest"
+    compat: str = "auto"                     # resolved by the command line (graph_rewrite/compat.py)
     keep_io_types: bool = True
     inputs: Sequence[str] = ()
     outputs: Sequence[str] = ()
