@@ -60,7 +60,7 @@ def export(directory):
         builder.save()
         graph_def = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["probs"])
     with open(frozen, "wb") as handle:
-        handle.write(graph_def.SerializeToString())
+        handle.write(graph_def.SerializeToString(deterministic=True))
     return saved_model, frozen
 
 

@@ -120,7 +120,15 @@ def stage_output(saved: SavedGraph, graph_def, output: str,
 
 
 def _serialize(message, text: bool) -> bytes:
-    return text_format.MessageToString(message).encode("utf-8") if text else message.SerializeToString()
+    """The bytes of ``message``, the same for the same message on every run.
+
+    Binary protobuf leaves the order of map entries (a NodeDef's ``attr``, a SavedModel's
+    ``signature_def``) to the implementation, and protobuf 3.20's differs from run to run;
+    ``deterministic=True`` sorts them, so converting the same input twice writes the same bytes.
+    """
+    if text:
+        return text_format.MessageToString(message).encode("utf-8")
+    return message.SerializeToString(deterministic=True)
 
 
 def _complete_op_list(meta_graph) -> None:
