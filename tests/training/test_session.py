@@ -1,6 +1,7 @@
 """tfamp_rewrite.Session: a drop-in tf.compat.v1.Session running the rewritten graph."""
 import collections
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -230,3 +231,78 @@ def test_checkpoints_move_between_amp_and_float32(cpu_target, tmp_path):
         saver.restore(amp_again, path2)
         for a, b in zip(after_fp32_step, amp_again.run(reads)):
             np.testing.assert_array_equal(a, b)
+
+
+def _reciprocal_graph():
+    """The VAE reconstruction gradient of test_compat.py: its Reciprocal is half only where
+    infer-after-allow applies (compat "latest")."""
+    from compat_graphs import vae_reconstruction_graph
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.import_graph_def(vae_reconstruction_graph(), name="")
+    return graph
+
+
+def _reciprocal_dtype(session) -> str:
+    session.run("grad:0", {"x:0": np.ones([2, 8], np.float32)})
+    (report,) = session.rewrite_reports
+    return report.decision("reciprocal").dtype
+
+
+def test_sessions_follow_the_running_tensorflows_pass_and_say_so(cpu_target, monkeypatch, caplog):
+    from tfamp_rewrite.graph_rewrite.compat import compat_of_tensorflow
+
+    monkeypatch.delenv("TFAMP_REWRITE_COMPAT", raising=False)
+    running = compat_of_tensorflow(tf.__version__)
+    graph = _reciprocal_graph()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            dtype = _reciprocal_dtype(session)
+    assert session.rewrite_reports[0].compat == running
+    assert dtype == ("float16" if running == "latest" else "float32")
+    (line,) = [r.getMessage() for r in caplog.records if "session graph rewritten" in r.getMessage()]
+    assert "compat=%s target=cpu numerics=native" % running in line
+    assert "converted %d of " % session.rewrite_reports[0].nodes_converted in line
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_session_compat_argument_and_environment_override_the_default(cpu_target, monkeypatch, how):
+    graph = _reciprocal_graph()
+    if how == "environment":
+        monkeypatch.setenv("TFAMP_REWRITE_COMPAT", "latest")
+        session = Session(graph=graph)
+    else:
+        monkeypatch.setenv("TFAMP_REWRITE_COMPAT", "tf1.15")  # the argument wins
+        session = Session(graph=graph, compat="latest")
+    with session:
+        assert _reciprocal_dtype(session) == "float16"
+    assert session.rewrite_reports[0].compat == "latest"
+    monkeypatch.setenv("TFAMP_REWRITE_COMPAT", "tf3")
+    with pytest.raises(ValueError, match="TFAMP_REWRITE_COMPAT='tf3' is not a compat"):
+        Session(graph=graph)
+
+
+@pytest.mark.parametrize("level,shown", [("0", True), ("1", False)])
+def test_the_summary_line_reaches_an_unconfigured_program_unless_quieted(tmp_path, level, shown):
+    """A TF1 program that configures no logging sees the line on stderr, as it sees
+    TensorFlow's own C++ INFO lines; TF_CPP_MIN_LOG_LEVEL=1 hides both."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "program.py"
+    script.write_text(
+        "import numpy as np, tensorflow as tf\n"
+        "import tfamp_rewrite\n"
+        "tf.compat.v1.disable_v2_behavior()\n"
+        "x = tf.compat.v1.placeholder(tf.float32, [1, 4], name='x')\n"
+        "y = tf.matmul(x, tf.ones([4, 1]))\n"
+        "with tfamp_rewrite.Session(graph=x.graph) as sess:\n"
+        "    sess.run(y, {x: np.ones([1, 4], np.float32)})\n")
+    env = dict(os.environ, TFAMP_REWRITE_TARGET="cpu", TF_CPP_MIN_LOG_LEVEL=level)
+    completed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                               env=env, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    lines = [line for line in completed.stderr.splitlines()
+             if line.startswith("tfamp_rewrite: session graph rewritten: converted 1 of")]
+    assert len(lines) == (1 if shown else 0), completed.stderr[-2000:]

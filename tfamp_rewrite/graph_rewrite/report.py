@@ -91,6 +91,14 @@ class RewriteReport:
                 return decision
         raise KeyError("no node named %r in the report" % name)
 
+    def one_line(self) -> str:
+        """The rewrite in one line, as NVIDIA's pass logs it, with the settings that made it."""
+        return ("converted %d of %d eligible nodes (%d in all) to %s using %d cast(s) to %s "
+                "(excluding Const and Variable casts); compat=%s target=%s numerics=%s" % (
+                    self.nodes_converted, self.nodes_processable, self.nodes_total, self.dtype,
+                    self.casts_to_half_excluding_constants, self.dtype, self.compat, self.target,
+                    self.numerics))
+
     def summary(self, max_op_rows: int = 40) -> str:
         """NVIDIA's pass-summary fields, TensorFlow's one-line log, counts per op type, Tensor Cores."""
         word = self.dtype.replace("float", "FP")

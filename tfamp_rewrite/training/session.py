@@ -15,13 +15,18 @@ rewrite target is ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or ``set_rewrite_target`
 The dtype is ``Session(dtype=...)``, else ``TFAMP_REWRITE_DTYPE``, else float16; half
 nodes run half kernels unless ``Session(numerics="emulate")`` or
 ``TFAMP_REWRITE_NUMERICS=emulate`` asks for float32 kernels on values rounded to half.
+Whose pass it follows is ``Session(compat=...)``, else ``TFAMP_REWRITE_COMPAT``, else
+``auto``: the running TensorFlow's (graph_rewrite/compat.py).  Each rewrite logs one INFO
+line naming what it converted and these settings.
 """
 from __future__ import annotations
 
 import threading
 
 import tensorflow as tf
+from tensorflow.python.util import nest
 
+from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
 from .shadow_graph import ShadowGraph, map_fetch_structure
@@ -34,20 +39,21 @@ TF_SESSION_CLASSES = {"Session": _tf1.Session, "InteractiveSession": _tf1.Intera
 class _RewritingSession:
     """Mixin over a TensorFlow session class; see the module docstring."""
 
-    def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None):
+    def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None, compat=None):
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
-        self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics))
+        self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
+                                         session_compat(compat))
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
-    def _make_shadow(self, dtype: str, numerics: str):
+    def _make_shadow(self, dtype: str, numerics: str, compat: str):
         """The ShadowGraph this session runs, or None (the user graph runs unchanged)."""
         rewrite_target, why = session_rewrite_target(dtype)
         if not rewrite_target:
             log_once("tfamp_rewrite: " + why)
             return None
-        return ShadowGraph(self._user_graph, rewrite_target, dtype, numerics)
+        return ShadowGraph(self._user_graph, rewrite_target, dtype, numerics, compat)
 
     # -- what the rest of TensorFlow sees -------------------------------------------
     @property
@@ -80,9 +86,22 @@ class _RewritingSession:
         return map_fetch_structure(fetches, self._shadow.private_fetch)
 
     def _map_feeds(self, feed_dict):
+        """``feed_dict`` on the private graph, keys flattened as ``Session.run`` flattens them.
+
+        A key may be a nested structure (a tuple, namedtuple such as ``LSTMStateTuple``, or
+        tuples of those) fed with a value of the same structure; TensorFlow's own
+        ``flatten_dict_items`` pairs them up, so mismatches fail exactly as they would there.
+        """
         if not feed_dict:
             return feed_dict
-        return {self._shadow.private_feed(key): value for key, value in feed_dict.items()}
+        return {self._shadow.private_feed(key): value
+                for key, value in nest.flatten_dict_items(feed_dict).items()}
+
+    def _map_feed_list(self, feeds):
+        """``partial_run_setup``'s feeds: one feed key or a list/tuple of them."""
+        if isinstance(feeds, (list, tuple)):
+            return [self._shadow.private_feed(key) for key in feeds]
+        return self._shadow.private_feed(feeds)
 
     # -- running ----------------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
@@ -96,7 +115,7 @@ class _RewritingSession:
         if self._shadow is None:
             return super().partial_run_setup(fetches, feeds)
         self._shadow.sync()
-        feeds = None if feeds is None else [self._shadow.private_feed(f) for f in feeds]
+        feeds = None if feeds is None else self._map_feed_list(feeds)
         return self._call_base(super().partial_run_setup, self._map_fetches(fetches), feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):
@@ -106,11 +125,12 @@ class _RewritingSession:
                                self._map_feeds(feed_dict))
 
     def make_callable(self, fetches, feed_list=None, accept_options=False):
-        if self._shadow is None:
+        if self._shadow is None or feed_list is not None:
+            # With a feed list TensorFlow's callable calls self.run(fetches, {key: value}),
+            # which maps both (nested keys included) and keeps up with a growing graph.
             return super().make_callable(fetches, feed_list, accept_options)
         self._shadow.sync()
-        feed_list = None if feed_list is None else [self._shadow.private_feed(f) for f in feed_list]
-        return self._call_base(super().make_callable, self._map_fetches(fetches), feed_list,
+        return self._call_base(super().make_callable, self._map_fetches(fetches), None,
                                accept_options)
 
 

@@ -27,10 +27,13 @@ from tensorflow.core.framework import graph_pb2
 
 from ..fused_op.round_to_half import round_to_half_available
 from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
+from ..graph_rewrite.compat import AUTO, resolve_compat
 from ..graph_rewrite.graph_view import GraphView, parse_input
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
+from .devices import log_once
+from .user_log import log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 
@@ -39,12 +42,13 @@ class ShadowGraph:
     """A private graph holding the rewrite of ``user_graph`` (see module docstring)."""
 
     def __init__(self, user_graph: tf.Graph, target: str, dtype: str = "float16",
-                 numerics: str = "native"):
+                 numerics: str = "native", compat: str = AUTO):
         self.user_graph = user_graph
         self.graph = tf.Graph()
         self.target = target
         self.dtype = dtype
         self.numerics = numerics
+        self.compat = resolve_compat(compat, dtype)
         self._rounded: Dict[str, str] = {}  # emulated half output -> its rounded float32 twin
         self.reports: List[RewriteReport] = []
         self._version = None
@@ -63,7 +67,7 @@ class ShadowGraph:
                 return
             graph_def = self.user_graph.as_graph_def()
             result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
-                                       numerics=self.numerics)
+                                       numerics=self.numerics, compat=self.compat)
             if result.report.emulation is not None and round_to_half_available():
                 use_rounding_op(result.graph_def, result.report.emulation)
             self.reports.append(result.report)
@@ -85,7 +89,11 @@ class ShadowGraph:
         return result.graph_def
 
     def _synced(self, graph_def, result) -> None:
-        """Called after each import, with the user's graph and its rewrite (for subclasses)."""
+        """Called after each import, with the user's graph and its rewrite: logs the rewrite."""
+        del graph_def
+        log_info("tfamp_rewrite: session graph %s: %s" % (
+            "rewritten" if len(self.reports) == 1 else "grew, rewritten again",
+            result.report.one_line()))
 
     def _import_additions(self, user_def, rewritten_def) -> None:
         new = {node.name for node in user_def.node} - self._imported
@@ -157,10 +165,19 @@ class ShadowGraph:
         if isinstance(key, tf.SparseTensor):
             return tf.compat.v1.SparseTensor(*map(self.private_feed, (
                 key.indices, key.values, key.dense_shape)))
+        if isinstance(key, tf.IndexedSlices):
+            dense_shape = key.dense_shape
+            return tf.IndexedSlices(self.private_feed(key.values), self.private_feed(key.indices),
+                                    None if dense_shape is None else self.private_feed(dense_shape))
         if _belongs_to(key, self.graph):
             return key
         user = self.user_graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
-        return self.graph.get_tensor_by_name(user.name)
+        private = self.graph.get_tensor_by_name(user.name)
+        if private.dtype != user.dtype:
+            log_once("tfamp_rewrite: %s is fed, and the rewrite runs its node %s in %s: the fed "
+                     "values are rounded to %s (feed a float32 placeholder to keep them exact)"
+                     % (user.name, user.op.name, private.dtype.name, private.dtype.name))
+        return private
 
     def _cast_back(self, user: tf.Tensor, private: tf.Tensor) -> tf.Tensor:
         with self._lock:
