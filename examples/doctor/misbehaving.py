@@ -5,7 +5,8 @@ one of two classic mistakes planted::
 
     --problem overflow    unnormalised inputs (values up to ~250) and an unnormalised
                           sum-of-squares penalty on the hidden pre-activations: the square
-                          (a Mul right after a MatMul, so half) exceeds 65504
+                          (a Mul between two MatMuls, so half under every TensorFlow's
+                          rules) exceeds 65504
     --problem underflow   the loss multiplied by 1e-5 (the learning rate by 1e5): its
                           gradients fall below float16's 2**-24 and flush to zero unscaled
     --problem none        neither
@@ -67,7 +68,13 @@ def build(problem: str, learning_rate: float = 0.5, amp: bool = False, loss_scal
     loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits)
     if problem == "overflow":
         squares = tf.multiply(pre, pre, name="sum_of_squares/square")   # > 65504 in float16
-        loss = loss + 1e-9 * tf.reduce_sum(squares, name="sum_of_squares")
+        # Summed per row by a MatMul, as a batched penalty often is: the square then sits
+        # between two allow ops, so it is half under TF 1.15's rules too (not only where
+        # infer-after-allow paints a Mul that merely follows a MatMul).  The sums stay
+        # within float16's range; only the square overflows.
+        scaled = tf.multiply(squares, 2.0 ** -10, name="sum_of_squares/scaled")  # within range
+        per_row = tf.linalg.matmul(scaled, tf.ones([HIDDEN, 1]), name="sum_of_squares/per_row")
+        loss = loss + 1e-6 * tf.reduce_sum(per_row, name="sum_of_squares")
         learning_rate = learning_rate * 1e-3
     if problem == "underflow":
         loss = tf.multiply(loss, UNDERFLOW_FACTOR, name="tiny_loss")     # gradients below 2**-24

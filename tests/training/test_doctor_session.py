@@ -14,7 +14,7 @@ tf1 = tf.compat.v1
 
 @pytest.fixture
 def doctor():
-    run = DoctorRun(steps=2, plain_steps=1)
+    run = DoctorRun(steps=2, plain_steps=1, compat="latest")  # square (a Mul after a MatMul) is half
     activation.set_doctor(run)
     activation.enable_graph_rewrite()
     yield run

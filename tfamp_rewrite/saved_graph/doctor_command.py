@@ -42,6 +42,9 @@ def add_doctor_parser(commands) -> None:
     parser.add_argument("--target", choices=("gpu", "cpu"),
                         help="whose nodes the rewrite would convert (default: cpu if "
                         "TFAMP_REWRITE_TARGET=cpu, else gpu)")
+    parser.add_argument("--compat", choices=("auto", "latest", "tf2.15", "tf1.15"),
+                        help="whose AMP pass the rewrite follows (default: $TFAMP_REWRITE_COMPAT or "
+                        "auto: the installed TensorFlow's, as sessions do)")
     parser.add_argument("--margin", type=int, default=3, metavar="BITS",
                         help="powers of two of headroom the recommended loss scale keeps (default 3: 8x)")
     parser.add_argument("--report", metavar="FILE.json", help="write the report as JSON")
@@ -96,7 +99,7 @@ def _run_child(args):
         result = os.path.join(directory, "report.json")
         command = [sys.executable, "-m", CHILD, "--json", result, "--steps", str(args.steps),
                    "--plain-steps", str(args.plain_steps), "--dtype", args.dtype, "--target", target,
-                   "--margin", str(args.margin)]
+                   "--margin", str(args.margin)] + (["--compat", args.compat] if args.compat else [])
         command += (["-m", args.module] if args.module else []) + list(args.program)
         sys.stdout.flush()
         status = subprocess.call(command)

@@ -30,6 +30,7 @@ from ..doctor.probe_ops import ProbeOps
 from ..doctor.probes import GRADIENT_ROLES, plan_probes
 from ..doctor.ranges import RangeAccumulator
 from ..doctor.report import DoctorReport, build_report
+from ..graph_rewrite.compat import session_compat
 from ..graph_rewrite.rewrite import rewrite_graph_def
 from ..tf_compat import config_without_tf_amp
 from .loss_scale_optimizer import LOSS_SCALE_COLLECTION
@@ -39,7 +40,8 @@ tf1 = tf.compat.v1
 
 def diagnose(loss, steps: int = 10, feed_fn: Optional[Callable[[], dict]] = None, train_op=None,
              var_list=None, init_fn: Optional[Callable] = None, dtype: str = "float16",
-             target: str = "gpu", margin_log2: int = 3, plain_steps: int = 3, config=None) -> DoctorReport:
+             target: str = "gpu", margin_log2: int = 3, plain_steps: int = 3, config=None,
+             compat: Optional[str] = None) -> DoctorReport:
     """Runs float32 steps of ``loss``'s graph and reports what would go wrong in ``dtype``.
 
     Args:
@@ -57,6 +59,8 @@ def diagnose(loss, steps: int = 10, feed_fn: Optional[Callable[[], dict]] = None
         of two below the largest finite half value.
       plain_steps: unprobed runs, timed, so the report says what probing costs.
       config: a ``ConfigProto`` for the session.
+      compat: whose AMP pass the rewrite follows; default ``$TFAMP_REWRITE_COMPAT``, else the
+        running TensorFlow's, as sessions do (graph_rewrite/compat.py).
 
     Raises:
       ValueError: bad arguments, or no gradient of ``loss`` reaches ``var_list``.
@@ -77,7 +81,7 @@ def diagnose(loss, steps: int = 10, feed_fn: Optional[Callable[[], dict]] = None
             scales = user_graph.get_collection(LOSS_SCALE_COLLECTION)
             scale = private.get_tensor_by_name(scales[-1].name) if scales else None
         graph_def = private.as_graph_def()
-        result = rewrite_graph_def(graph_def, dtype=dtype, target=target)
+        result = rewrite_graph_def(graph_def, dtype=dtype, target=target, compat=session_compat(compat))
         weights = [t.name for t in step if isinstance(t, tf.Tensor)]
         plan = plan_probes(graph_def, result.graph_def, result.report, weight_gradients=weights)
         probe_ops = ProbeOps(private, limits)

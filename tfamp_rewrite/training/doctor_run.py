@@ -35,6 +35,7 @@ def _parser():
     parser.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     parser.add_argument("--target", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--margin", type=int, default=3)
+    parser.add_argument("--compat", help="whose AMP pass (default: $TFAMP_REWRITE_COMPAT or auto)")
     parser.add_argument("-m", dest="module")
     parser.add_argument("program", nargs=argparse.REMAINDER)
     return parser
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     from .run import run_program
 
     run = doctor_state.DoctorRun(args.dtype, args.steps, args.plain_steps, args.target,
-                                 margin_log2=args.margin)
+                                 margin_log2=args.margin, compat=args.compat)
     activation.set_doctor(run)
     import tfamp_rewrite_startup
 

@@ -34,7 +34,7 @@ class ProbedGraph(ShadowGraph):
     """A ShadowGraph holding the user's float32 graph plus the doctor's probes."""
 
     def __init__(self, user_graph, doctor):
-        super().__init__(user_graph, doctor.target, doctor.dtype, "native")
+        super().__init__(user_graph, doctor.target, doctor.dtype, "native", doctor.compat)
         self.doctor = doctor
         self.probe_ops = ProbeOps(self.graph, limits_for(doctor.dtype))
 
@@ -50,7 +50,8 @@ class ProbedGraph(ShadowGraph):
 class _DoctorSession(_RewritingSession):
     """Mixin over a TensorFlow session class; see the module docstring."""
 
-    def _make_shadow(self, dtype, numerics):
+    def _make_shadow(self, dtype, numerics, compat):
+        del dtype, numerics, compat  # the doctor run's settings decide
         doctor = activation.doctor_run()
         if doctor is None:
             raise RuntimeError("a probing session was constructed while no doctor run is set "

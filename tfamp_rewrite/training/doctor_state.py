@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 from ..doctor.limits import limits_for
 from ..doctor.ranges import RangeAccumulator
 from ..doctor.report import DoctorReport, build_report
+from ..graph_rewrite.compat import session_compat
 
 
 class StopDoctor(BaseException):
@@ -25,11 +26,13 @@ class DoctorRun:
     """The probes' results and the step count of one doctor run (see module docstring)."""
 
     def __init__(self, dtype: str = "float16", steps: int = 20, plain_steps: int = 3,
-                 target: str = "gpu", stop: bool = True, margin_log2: int = 3):
+                 target: str = "gpu", stop: bool = True, margin_log2: int = 3,
+                 compat: Optional[str] = None):
         if steps < 1 or plain_steps < 0:
             raise ValueError("steps must be >= 1 and plain_steps >= 0; got %r and %r" % (steps, plain_steps))
         self.dtype = dtype
         self.target = target
+        self.compat = session_compat(compat)  # the rewrite sessions would make
         self.steps = steps
         self.plain_steps = plain_steps
         self.stop = stop

@@ -1,6 +1,7 @@
 """``tfamp-run``: run a TF1 program in mixed precision without changing its code.
 
-    tfamp-run [--no-loss-scaling] [--target auto|gpu|cpu] [--dtype float16|bfloat16] train.py [ARGS...]
+    tfamp-run [--no-loss-scaling] [--target auto|gpu|cpu] [--dtype float16|bfloat16]
+              [--numerics native|emulate] [--compat auto|latest|tf2.15|tf1.15] train.py [ARGS...]
     tfamp-run [...] -m package.module [ARGS...]
     python -m tfamp_rewrite.training.run [...] train.py [ARGS...]
 
@@ -29,6 +30,13 @@ def _parser():
                              "GPUs of compute capability >= 7.0 only)")
     parser.add_argument("--dtype", choices=("float16", "bfloat16"),
                         help="low-precision type for sessions (default: $TFAMP_REWRITE_DTYPE or float16)")
+    parser.add_argument("--numerics", choices=("native", "emulate"),
+                        help="how half nodes run (default: $TFAMP_REWRITE_NUMERICS or native: half "
+                             "kernels; emulate: float32 kernels on values rounded to half, as a "
+                             "Tensor Core GPU computes)")
+    parser.add_argument("--compat", choices=("auto", "latest", "tf2.15", "tf1.15"),
+                        help="whose AMP pass sessions follow (default: $TFAMP_REWRITE_COMPAT or "
+                             "auto: the running TensorFlow's)")
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
     parser.add_argument("program", nargs=argparse.REMAINDER,
                         help="the script and its arguments (or the module's arguments with -m)")
@@ -44,8 +52,10 @@ def main(argv=None) -> int:
         os.environ["TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING"] = "0"
     if args.target:
         os.environ["TFAMP_REWRITE_TARGET"] = args.target
-    if args.dtype:
-        os.environ["TFAMP_REWRITE_DTYPE"] = args.dtype
+    for value, name in ((args.dtype, "TFAMP_REWRITE_DTYPE"), (args.numerics, "TFAMP_REWRITE_NUMERICS"),
+                        (args.compat, "TFAMP_REWRITE_COMPAT")):
+        if value:
+            os.environ[name] = value
     from . import activation
 
     try:
