@@ -402,3 +402,19 @@ def test_each_gradient_is_read_by_the_fused_op_alone_so_it_is_rewritten_in_place
     assert len(gradients) == len(graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES)) == 6
     readers = {t.name: [op.name for op in t.consumers()] for t in gradients}
     assert all(names == [fused.name] for names in readers.values()), readers
+
+
+@pytest.mark.parametrize("version,name", [
+    ("1.15.5", "tf.keras.mixed_precision.experimental.LossScaleOptimizer"),
+    ("1.15.5+nv", "tf.keras.mixed_precision.experimental.LossScaleOptimizer"),
+    ("2.3.4", "tf.keras.mixed_precision.experimental.LossScaleOptimizer"),
+    ("2.4.0", "tf.keras.mixed_precision.LossScaleOptimizer"),
+    ("2.21.0", "tf.keras.mixed_precision.LossScaleOptimizer"),
+])
+def test_the_keras_rejection_names_the_running_tensorflows_loss_scale_optimizer(monkeypatch, version, name):
+    from tfamp_rewrite.training import keras_compat
+
+    monkeypatch.setattr(keras_compat.tf, "__version__", version)
+    with tf.Graph().as_default(), pytest.raises(ValueError) as raised:
+        LossScaleOptimizer(_keras_sgd())
+    assert "use %s, or pass" % name in str(raised.value)

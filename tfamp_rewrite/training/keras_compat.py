@@ -33,6 +33,18 @@ def _global_policy_getter():
     return None
 
 
+def loss_scale_optimizer_name(version: str = None) -> str:
+    """Where the running TensorFlow's Keras keeps its LossScaleOptimizer (for messages).
+
+    TensorFlow 1.15 (and 2.0-2.3) has it under ``mixed_precision.experimental``; 2.4 moved it.
+    """
+    version = tf.__version__ if version is None else version
+    major, minor = (int(part) for part in version.split(".")[:2])
+    if (major, minor) < (2, 4):
+        return "tf.keras.mixed_precision.experimental.LossScaleOptimizer"
+    return "tf.keras.mixed_precision.LossScaleOptimizer"
+
+
 def global_policy_is_mixed():
     """True if the Keras global dtype policy is a mixed-precision one (``mixed_float16`` ...)."""
     getter = _global_policy_getter()

@@ -119,7 +119,7 @@ def _check_wrappable(opt):
             raise ValueError(
                 "Expected a tf.compat.v1.train.Optimizer to add loss scaling to; got the Keras "
                 f"optimizer {outer}. Keras optimizers have their own loss scaling: use "
-                "tf.keras.mixed_precision.LossScaleOptimizer, or pass a tf.compat.v1.train "
+                f"{keras_compat.loss_scale_optimizer_name()}, or pass a tf.compat.v1.train "
                 "optimizer."
             )
         raise ValueError(  # noqa: TRY004
