@@ -70,7 +70,7 @@ op: venv
 
 lint: venv
 	$(PY) -m ruff check tfamp_rewrite tfamp_rewrite_startup.py tests setup.py benchmarks examples
-	$(VENV)/bin/vermin -q --no-tips --violations -t=3.8- --eval-annotations --backport dataclasses \
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.7- --eval-annotations --backport dataclasses \
 	  tfamp_rewrite tfamp_rewrite_startup.py setup.py tests examples benchmarks
 
 test: venv op lint horovod test-tf115

@@ -39,7 +39,7 @@ setup(
     package_data={"tfamp_rewrite.custom_ops": ["unscale_and_check_finite/*", "round_to_half/*"]},
     py_modules=["tfamp_rewrite_startup"],
     cmdclass={"build_py": BuildPyWithStartupHook},
-    python_requires=">=3.8",
+    python_requires=">=3.7",
     install_requires=["numpy", "protobuf"],
     extras_require={
         "cpu": ["tensorflow-cpu==2.15.1"],
