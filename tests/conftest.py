@@ -1,4 +1,11 @@
-"""Test-wide settings: quiet TensorFlow, TensorFlow's own AMP pass as a real fp16 rewrite, Horovod ranks."""
+"""Test-wide settings: quiet TensorFlow, TensorFlow's own AMP pass as a real fp16 rewrite, Horovod ranks.
+
+``--tf1-behavior`` runs the tests as TF1 programs run: ``tf.compat.v1.disable_v2_behavior()``
+before any test module is imported (reference variables, Switch/Merge conds, Enter/Exit
+loops, graph mode everywhere); tests of TF2 features carry ``@pytest.mark.tf2_behavior``
+and skip there with their reason.  Processes the tests start inherit it through
+``TFAMP_TEST_TF1_BEHAVIOR=1`` (tests/support/tf1_behavior.py).
+"""
 import os
 import sys
 
@@ -10,6 +17,30 @@ os.environ["TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16"] = "0"
 
 # Shared helpers (graphs, runners, oracles) are imported by bare name from tests/support.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tf1-behavior", action="store_true", default=False,
+                     help="run with tf.compat.v1.disable_v2_behavior(), as TF1 programs do")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "tf2_behavior(reason): tests a TensorFlow 2 feature; "
+                            "skipped under --tf1-behavior with the reason")
+    if config.getoption("--tf1-behavior"):
+        from tf1_behavior import use_tf1_behavior
+
+        use_tf1_behavior()
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--tf1-behavior"):
+        return
+    for item in items:
+        marker = item.get_closest_marker("tf2_behavior")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason="TF2 behaviour only: " + reason))
 
 
 @pytest.fixture(scope="session")

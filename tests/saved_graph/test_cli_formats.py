@@ -124,10 +124,11 @@ def test_compat_tf115_saved_model_leaves_defaults_out_and_says_so(tmp_path, caps
     assert meta.meta_info_def.stripped_default_attrs
     (before,) = _read_saved_model(source).meta_graphs
     assert not before.meta_info_def.stripped_default_attrs
-    handles = [node for node in meta.graph_def.node if node.op == "VarHandleOp"]
-    assert handles and not any("allowed_devices" in node.attr for node in handles)
-    assert all("allowed_devices" in node.attr for node in before.graph_def.node
-               if node.op == "VarHandleOp")
+    # a default-valued attribute of the variables: resource (TF2 behaviour) or ref (TF1)
+    defaulted = {"VarHandleOp": "allowed_devices", "VariableV2": "container"}
+    variables = [node for node in meta.graph_def.node if node.op in defaulted]
+    assert variables and not any(defaulted[node.op] in node.attr for node in variables)
+    assert all(defaulted[node.op] in node.attr for node in before.graph_def.node if node.op in defaulted)
 
 
 @pytest.mark.parametrize("fmt", ["saved_model", "frozen"])
@@ -166,6 +167,7 @@ def test_keep_io_types_is_the_default(tmp_path, capsys):
     assert "output probs                            float32 -> float32" in out
 
 
+@pytest.mark.tf2_behavior("tf.saved_model.save of a tf.Module with a tf.function")
 def test_tf2_saved_model_converts_its_function_bodies(tmp_path, capsys):
     """tf.saved_model.save: the math lives in functions; the init signature names a NoOp."""
 

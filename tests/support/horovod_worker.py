@@ -24,12 +24,16 @@ import sys
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+from cond_branches import nodes_in_data_dependent_conds
 from loss_scaling_problems import build, global_state
+from tf1_behavior import tf1_behavior_requested, use_tf1_behavior
 
 import tfamp_rewrite
 from tfamp_rewrite import DynamicLossScale, LossScaleOptimizer
 
 tf1 = tf.compat.v1
+if tf1_behavior_requested():  # a rank of a --tf1-behavior test run
+    use_tf1_behavior()
 
 
 def momentum():
@@ -79,26 +83,10 @@ def collectives_in_data_dependent_conds(graph_def):
     Horovod itself wraps each allreduce in a cond on a constant (process-set membership);
     a cond whose predicate is computed, such as the skip-this-step one, must hold none.
     """
-    functions = {f.signature.name: f for f in graph_def.library.function}
-    producers = {node.name: node for node in graph_def.node}
-
-    def collectives(function_name):
-        found = []
-        for node in functions[function_name].node_def:
-            if node.op.startswith("Horovod"):
-                found.append(node.name)
-            for value in node.attr.values():
-                for called in [value.func] + list(value.list.func):
-                    if called.name in functions:
-                        found += collectives(called.name)
-        return found
-
-    conds = [node for node in graph_def.node if node.op in ("If", "StatelessIf")
-             and producers[node.input[0].split(":")[0]].op != "Const"]
-    inside = [name for node in conds
-              for branch in ("then_branch", "else_branch")
-              for name in collectives(node.attr[branch].func.name)]
-    return len(conds), inside
+    count, inside = nodes_in_data_dependent_conds(graph_def)
+    ops = {node.name: node.op for node in graph_def.node}
+    ops.update({node.name: node.op for f in graph_def.library.function for node in f.node_def})
+    return count, [name for name in inside if ops.get(name, "").startswith("Horovod")]
 
 
 def train_with_broadcast_op(problem, factors):

@@ -95,6 +95,7 @@ def test_enable_rejects_and_leaves_the_rewrite_off(make_opt, loss_scale, message
     assert not activation.graph_rewrite_enabled()
 
 
+@pytest.mark.tf2_behavior("Keras' global dtype policy (V2 dtype behaviour)")
 def test_enable_refuses_when_keras_mixed_precision_policy_is_set():
     keras_mixed_precision = tf.keras.mixed_precision
     keras_mixed_precision.set_global_policy("mixed_float16")

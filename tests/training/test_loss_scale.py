@@ -155,6 +155,7 @@ def test_loss_scale_does_not_keep_graphs_alive():
     assert graph_ref() is None
 
 
+@pytest.mark.tf2_behavior("eager execution")
 def test_eager_use_is_a_runtime_error():
     assert tf1.executing_eagerly(), "premise: TF 2 runs eagerly outside a graph"
     with pytest.raises(RuntimeError, match="Graph"):

@@ -1,0 +1,11 @@
+"""``python tf1_launcher.py SCRIPT ARGS...``: runs SCRIPT as ``python SCRIPT ARGS...`` would,
+after ``tf.compat.v1.disable_v2_behavior()`` (TF1 behaviour; see tests/support/tf1_behavior.py)."""
+import runpy
+import sys
+
+import tensorflow as tf
+
+tf.compat.v1.disable_v2_behavior()
+sys.argv = sys.argv[1:]
+sys.path[0] = __import__("os").path.dirname(__import__("os").path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
