@@ -153,7 +153,9 @@ class ShadowGraph:
                                     None if dense_shape is None else self.private_fetch(dense_shape))
         if _belongs_to(element, self.graph):
             return element
-        user = self.user_graph.as_graph_element(element, allow_tensor=True, allow_operation=True)
+        user = self._user_fetch(element)
+        if not self.user_graph.is_fetchable(user):
+            return self._unfetchable(user)
         if isinstance(user, tf.Operation):
             return self.graph.get_operation_by_name(user.name)
         private = self.graph.get_tensor_by_name(self._rounded.get(user.name, user.name))
@@ -171,13 +173,37 @@ class ShadowGraph:
                                     None if dense_shape is None else self.private_feed(dense_shape))
         if _belongs_to(key, self.graph):
             return key
-        user = self.user_graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+        try:
+            user = self.user_graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+        except (KeyError, TypeError, ValueError) as error:  # as Session.run words it
+            raise TypeError("Cannot interpret feed_dict key as Tensor: %s" % (error.args[0],)) from None
         private = self.graph.get_tensor_by_name(user.name)
-        if private.dtype != user.dtype:
+        if not self.user_graph.is_feedable(user):
+            self.graph.prevent_feeding(private)  # Session.run then refuses it, as for the user graph
+        elif private.dtype != user.dtype:
             log_once("tfamp_rewrite: %s is fed, and the rewrite runs its node %s in %s: the fed "
                      "values are rounded to %s (feed a float32 placeholder to keep them exact)"
                      % (user.name, user.op.name, private.dtype.name, private.dtype.name))
         return private
+
+    def _user_fetch(self, element):
+        """The user graph's tensor or operation ``element`` names; errors as Session.run's."""
+        try:
+            return self.user_graph.as_graph_element(element, allow_tensor=True, allow_operation=True)
+        except TypeError as error:
+            raise TypeError("Fetch argument %r has invalid type %r, must be a string or Tensor. (%s)"
+                            % (element, type(element).__name__, error)) from None
+        except (KeyError, ValueError) as error:
+            raise ValueError("Fetch argument %r cannot be interpreted as a Tensor. (%s)"
+                             % (element, error.args[0])) from None
+
+    def _unfetchable(self, user):
+        """The private twin of a fetch TensorFlow marked not fetchable (inside a cond or
+        loop), marked the same, so that Session.run refuses it with TensorFlow's error."""
+        op = user if isinstance(user, tf.Operation) else user.op
+        private_op = self.graph.get_operation_by_name(op.name)
+        self.graph.prevent_fetching(private_op)
+        return private_op if isinstance(user, tf.Operation) else private_op.outputs[user.value_index]
 
     def _cast_back(self, user: tf.Tensor, private: tf.Tensor) -> tf.Tensor:
         with self._lock:
