@@ -3,7 +3,8 @@
 ``--tf1-behavior`` runs the tests as TF1 programs run: ``tf.compat.v1.disable_v2_behavior()``
 before any test module is imported (reference variables, Switch/Merge conds, Enter/Exit
 loops, graph mode everywhere); tests of TF2 features carry ``@pytest.mark.tf2_behavior``
-and skip there with their reason.  Processes the tests start inherit it through
+and skip there with their reason, tests of what only TF1 behaviour builds carry
+``@pytest.mark.tf1_behavior`` and run there only.  Processes the tests start inherit it through
 ``TFAMP_TEST_TF1_BEHAVIOR=1`` (tests/support/tf1_behavior.py).
 """
 import os
@@ -27,6 +28,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "tf2_behavior(reason): tests a TensorFlow 2 feature; "
                             "skipped under --tf1-behavior with the reason")
+    config.addinivalue_line("markers", "tf1_behavior(reason): builds what only TF1 behaviour builds; "
+                            "runs in the --tf1-behavior pass only")
     if config.getoption("--tf1-behavior"):
         from tf1_behavior import use_tf1_behavior
 
@@ -34,13 +37,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--tf1-behavior"):
-        return
+    tf1 = config.getoption("--tf1-behavior")
     for item in items:
-        marker = item.get_closest_marker("tf2_behavior")
+        marker = item.get_closest_marker("tf2_behavior" if tf1 else "tf1_behavior")
         if marker is not None:
             reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
-            item.add_marker(pytest.mark.skip(reason="TF2 behaviour only: " + reason))
+            item.add_marker(pytest.mark.skip(reason=("TF2 behaviour only: %s" if tf1 else
+                                                     "runs in the --tf1-behavior pass: %s") % reason))
 
 
 @pytest.fixture(scope="session")
