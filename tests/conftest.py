@@ -30,6 +30,8 @@ def pytest_configure(config):
                             "skipped under --tf1-behavior with the reason")
     config.addinivalue_line("markers", "tf1_behavior(reason): builds what only TF1 behaviour builds; "
                             "runs in the --tf1-behavior pass only")
+    config.addinivalue_line("markers", "own_processes(reason): its programs run in new processes that "
+                            "set their own behaviour; the main pass runs it, --tf1-behavior skips it")
     if config.getoption("--tf1-behavior"):
         from tf1_behavior import use_tf1_behavior
 
@@ -39,11 +41,14 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     tf1 = config.getoption("--tf1-behavior")
     for item in items:
-        marker = item.get_closest_marker("tf2_behavior" if tf1 else "tf1_behavior")
-        if marker is not None:
-            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
-            item.add_marker(pytest.mark.skip(reason=("TF2 behaviour only: %s" if tf1 else
-                                                     "runs in the --tf1-behavior pass: %s") % reason))
+        for name, why in ((("tf2_behavior", "TF2 behaviour only: %s"),
+                           ("own_processes", "the same in both passes (its programs set their own "
+                                             "behaviour), so the main pass runs it: %s"))
+                          if tf1 else (("tf1_behavior", "runs in the --tf1-behavior pass: %s"),)):
+            marker = item.get_closest_marker(name)
+            if marker is not None:
+                reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+                item.add_marker(pytest.mark.skip(reason=why % reason))
 
 
 @pytest.fixture(scope="session")

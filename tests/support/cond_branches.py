@@ -49,8 +49,14 @@ def _v1(graph_def, producers):
     for node in graph_def.node:
         for text in node.input:
             consumers[_name(text)].append(node)
+    def predicate_source(text):
+        node = producers[_name(text)]
+        while node.op == "Identity":  # a cond's pred_id
+            node = producers[_name(node.input[0])]
+        return node
+
     switches = [node for node in graph_def.node if node.op in ("Switch", "RefSwitch")
-                and producers[_name(node.input[1])].op not in ("Const", "LoopCond")]
+                and predicate_source(node.input[1]).op not in ("Const", "LoopCond")]
     inside, stack = set(), [node.name for node in switches]
     while stack:
         for consumer in consumers[stack.pop()]:
@@ -58,4 +64,4 @@ def _v1(graph_def, producers):
                 continue
             inside.add(consumer.name)
             stack.append(consumer.name)
-    return len({node.input[1] for node in switches}), sorted(inside)
+    return len({predicate_source(node.input[1]).name for node in switches}), sorted(inside)

@@ -63,6 +63,7 @@ def results():
         return dict(zip(CASES, pool.map(_run, CASES)))
 
 
+@pytest.mark.own_processes("every case is a new Python process running a TF1 script")
 @pytest.mark.parametrize("case", CASES, ids=["-".join(case) for case in CASES])
 def test_activation(results, case):
     env_name, launcher, order = case

@@ -65,6 +65,7 @@ def test_tfamp_run_names_a_missing_script():
     assert done.returncode == 2 and "no_such_script.py: no such file" in done.stderr
 
 
+@pytest.mark.own_processes("builds a wheel, installs it and runs a TF1 script with it")
 def test_a_regular_install_ships_the_start_up_hook(tmp_path):
     """pip install (not editable) into a fresh virtualenv: the .pth hook works from there."""
     venv = tmp_path / "venv"
