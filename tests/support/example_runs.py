@@ -16,6 +16,7 @@ import sys
 import pytest
 import tensorflow as tf
 from repo_paths import EXAMPLES
+from tf1_behavior import python_prefix
 
 TINY_RESNET = ["--image_size", "32", "--width", "8", "--blocks", "1,1,1,1", "--num_classes", "10",
                "--batch_size", "8", "--lr_warmup_epochs", "0", "--lr_init", "1.0"]
@@ -36,7 +37,8 @@ def example_main(name: str):
 def run_example_process(name: str, args, results_dir, **env_vars) -> dict:
     """Runs ``examples/<name>/main.py args`` in a new process; returns its results JSON."""
     env = dict(os.environ, TFAMP_REWRITE_TARGET="cpu", TF_CPP_MIN_LOG_LEVEL="2", **env_vars)
-    command = [sys.executable, os.path.join(EXAMPLES, name, "main.py"), "--results_dir", str(results_dir)]
+    command = [sys.executable, *python_prefix(), os.path.join(EXAMPLES, name, "main.py"),
+               "--results_dir", str(results_dir)]
     completed = subprocess.run(command + list(args), env=env, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
     mode = args[args.index("--mode") + 1]
