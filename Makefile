@@ -1,10 +1,12 @@
 # tfamp_rewrite — every target installs what it needs; nothing is done by hand.
 #
 #   make demo    run the main demo (creates .venv and installs on first use)
-#   make test    lint + the whole test suite (what CI runs), the 2-process Horovod tests included
+#   make test    lint + the whole test suite (what CI runs), the 2-process Horovod tests included,
+#                then the session, training, examples, doctor and CLI tests again with TF1 behaviour
 #   make bench   the benchmarks in benchmarks/ (ratios, printed as tables)
 #   make test-gpu  the fused op's CUDA kernel on this machine's GPU (without one: says so, exits 0)
 #   make test-tf115  the checks against TensorFlow 1.15 itself (part of make test)
+#   make test-tf1-behavior  the TF1-behaviour pass (part of make test)
 #   make test-avx2 the suite as an AVX2-only machine sees it, on any x86-64 machine
 #   make fuzz    20 000 damaged saved graphs through tfamp-rewrite convert (FUZZ_CASES=N for more or less)
 #
@@ -39,7 +41,7 @@ endif
 # An editable install does not place setup.py's start-up .pth file; copy it ourselves.
 export INSTALL_STARTUP_HOOK = import shutil, sysconfig; shutil.copy("tfamp_rewrite_startup.pth", sysconfig.get_paths()["purelib"])
 
-.PHONY: venv horovod op lint test test-tf115 test-avx2 test-gpu demo bench fuzz clean
+.PHONY: venv horovod op lint test test-tf115 test-tf1-behavior test-avx2 test-gpu demo bench fuzz clean
 
 venv:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,6 +77,14 @@ lint: venv
 
 test: venv op lint horovod test-tf115
 	$(PY) -m pytest --ignore=tests/tf115 $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-tf1-behavior
+
+# TF1 programs' behaviour (reference variables, Switch/Merge and Enter/Exit control flow, graph
+# mode) on this TensorFlow: tf.compat.v1.disable_v2_behavior() before any test module loads.
+# TensorFlow 1.15's own Python needs Python <= 3.7, which no registry here offers.
+TF1_BEHAVIOR_TESTS ?= tests/training tests/examples tests/doctor tests/saved_graph
+test-tf1-behavior: venv op horovod
+	$(PY) -m pytest --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS)
 
 # TensorFlow 1.15 itself (tests/tf115): the fused op built against its headers, graphs run in
 # its runtime through its C API, our TensorFlow names looked up in its API. Its wheel
