@@ -16,6 +16,7 @@ from fused_op_cases import (
     random_gradients,
     random_sizes,
     run_eager,
+    run_graph,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -45,18 +46,20 @@ def implementation(request, monkeypatch):
 def run_in_mode(mode, arrays, inv_scale):
     if mode == "eager":
         return run_eager(arrays, inv_scale)
+    if mode == "graph":
+        return run_graph(arrays, inv_scale)
     if mode == "function":
         return FunctionRunner().run(arrays, inv_scale)
-    runner = GraphRunner(arrays)
-    try:
-        return runner.run(arrays, inv_scale)
-    finally:
-        runner.close()
+    raise ValueError(mode)
+
+
+EAGER = pytest.param("eager", marks=pytest.mark.tf2_behavior("eager execution"))
+FUNCTION = pytest.param("function", marks=pytest.mark.tf2_behavior("tf.function"))
 
 
 # --- correctness against numpy -------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["graph", "eager", "function"])
+@pytest.mark.parametrize("mode", ["graph", EAGER, FUNCTION])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_lists_match_numpy(implementation, mode, seed):
     """1-500 mixed-dtype tensors of 0 to millions of elements, clean and then poisoned."""
@@ -70,14 +73,14 @@ def test_random_lists_match_numpy(implementation, mode, seed):
         assert (OP_TYPE in runner.op_types()) == (implementation == "fused")
         runner.close()
     else:
-        run = FunctionRunner().run if mode == "function" else run_eager
+        run = FunctionRunner().run if mode == "function" else run_eager  # TF2 modes
         results = [run(a, inv_scale) for a in (arrays, poisoned)]
     for (unscaled, all_finite), inputs in zip(results, (arrays, poisoned)):
         assert_matches_oracle(unscaled, all_finite, inputs, inv_scale)
     assert results[0][1] and not results[1][1]
 
 
-@pytest.mark.parametrize("mode", ["graph", "eager"])
+@pytest.mark.parametrize("mode", ["graph", EAGER])
 @pytest.mark.parametrize("position", ["first", "last", "middle"])
 def test_one_special_in_a_big_tensor_is_found(implementation, mode, position):
     rng = np.random.default_rng(7)
@@ -110,7 +113,7 @@ def test_any_special_anywhere_clears_the_flag(sizes, dtypes, target, where, spec
     if poisoned.size:
         index = {"first": 0, "last": poisoned.size - 1}.get(where, seed % poisoned.size)
         poisoned[index] = special
-    unscaled, all_finite = run_eager(arrays, inv_scale)
+    unscaled, all_finite = run_graph(arrays, inv_scale)
     assert_matches_oracle(unscaled, all_finite, arrays, inv_scale)
     assert all_finite == (poisoned.size == 0)
 
@@ -120,40 +123,44 @@ def test_any_special_anywhere_clears_the_flag(sizes, dtypes, target, where, spec
 def test_every_16_bit_pattern_rounds_like_numpy(implementation, dtype, inv_scale):
     """All 65536 encodings: subnormals, rounding ties, overflow to inf, nan payloads."""
     every_value = np.arange(2**16, dtype=np.uint16).view(dtype)
-    unscaled, all_finite = run_eager([every_value], inv_scale)
+    unscaled, all_finite = run_graph([every_value], inv_scale)
     assert_matches_oracle(unscaled, all_finite, [every_value], inv_scale)
 
 
 def test_flag_is_computed_on_the_inputs(implementation):
     overflows = np.array([60000.0, 1.0], np.float16)  # finite in, inf out
-    unscaled, all_finite = run_eager([overflows], 2.0)
+    unscaled, all_finite = run_graph([overflows], 2.0)
     assert all_finite and np.isinf(unscaled[0][0])
-    unscaled, all_finite = run_eager([np.array([np.inf, 1.0], np.float32)], 0.0)
+    unscaled, all_finite = run_graph([np.array([np.inf, 1.0], np.float32)], 0.0)
     assert not all_finite and np.isnan(unscaled[0][0])
 
 
 def test_none_and_indexed_slices(implementation):
     values = np.array([[1.0, 2.0], [np.inf, 4.0]], np.float16)
     indices = np.array([3, 0], np.int64)
-    slices = tf.IndexedSlices(tf.constant(values), tf.constant(indices), tf.constant([5, 2]))
-    dense = tf.constant([8.0], tf.float32)
-    unscaled, all_finite = tfamp_rewrite.unscale_and_check_finite([None, slices, dense], 0.5)
+    with tf.Graph().as_default() as graph:
+        slices = tf.IndexedSlices(tf.constant(values), tf.constant(indices), tf.constant([5, 2]))
+        dense = tf.constant([8.0], tf.float32)
+        unscaled, all_finite = tfamp_rewrite.unscale_and_check_finite([None, slices, dense], 0.5)
     assert unscaled[0] is None
     assert isinstance(unscaled[1], tf.IndexedSlices)
-    np.testing.assert_array_equal(unscaled[1].indices.numpy(), indices)
-    np.testing.assert_array_equal(unscaled[1].dense_shape.numpy(), [5, 2])
-    np.testing.assert_array_equal(unscaled[1].values.numpy(), values * np.float16(0.5))
-    np.testing.assert_array_equal(unscaled[2].numpy(), [4.0])
-    assert not bool(all_finite)
+    with tf.compat.v1.Session(graph=graph) as session:
+        (got_indices, got_shape, got_values), got_dense, finite = session.run(
+            [[unscaled[1].indices, unscaled[1].dense_shape, unscaled[1].values], unscaled[2], all_finite])
+    np.testing.assert_array_equal(got_indices, indices)
+    np.testing.assert_array_equal(got_shape, [5, 2])
+    np.testing.assert_array_equal(got_values, values * np.float16(0.5))
+    np.testing.assert_array_equal(got_dense, [4.0])
+    assert not bool(finite)
 
 
 def test_fused_and_composite_give_identical_bits(monkeypatch):
     rng = np.random.default_rng(3)
     arrays = poison(rng, random_gradients(rng, random_sizes(rng, 60)))
-    fused = run_eager(arrays, 2.0**-7)
+    fused = run_graph(arrays, 2.0**-7)
     assert fused_op.fused_op_available()
     use_composite(monkeypatch)
-    composite = run_eager(arrays, 2.0**-7)
+    composite = run_graph(arrays, 2.0**-7)
     assert fused[1] == composite[1]
     for a, b in zip(fused[0], composite[0]):
         assert a.dtype == b.dtype
@@ -272,8 +279,8 @@ def _fallback_records(caplog):
 def test_disabled_library_falls_back_and_says_so_once(monkeypatch, caplog):
     use_composite(monkeypatch)
     with caplog.at_level(logging.INFO, logger=fused_op.__name__):
-        first = run_eager([np.array([2.0, np.nan], np.float32)], 0.5)
-        second = run_eager([np.array([4.0], np.float16)], 0.5)
+        first = run_graph([np.array([2.0, np.nan], np.float32)], 0.5)
+        second = run_graph([np.array([4.0], np.float16)], 0.5)
     assert not tfamp_rewrite.fused_op_available()
     records = _fallback_records(caplog)
     assert len(records) == 1 and fused_op.DISABLE_ENV in records[0].getMessage()

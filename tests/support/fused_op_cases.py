@@ -77,7 +77,17 @@ def poison(rng, arrays):
     return poisoned
 
 
+def run_graph(arrays, inv_scale):
+    """``unscale_and_check_finite`` on ``arrays`` once, in a TF1 graph and session."""
+    runner = GraphRunner(arrays)
+    try:
+        return runner.run(arrays, inv_scale)
+    finally:
+        runner.close()
+
+
 def run_eager(arrays, inv_scale):
+    """The same, executed eagerly (a TensorFlow 2 mode)."""
     unscaled, all_finite = tfamp_rewrite.unscale_and_check_finite(
         [tf.constant(a) for a in arrays], inv_scale)
     return [u.numpy() for u in unscaled], bool(all_finite)
