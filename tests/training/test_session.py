@@ -307,3 +307,21 @@ def test_the_summary_line_reaches_an_unconfigured_program_unless_quieted(tmp_pat
     lines = [line for line in completed.stderr.splitlines()
              if line.startswith("tfamp_rewrite: session graph rewritten: converted 1 of")]
     assert len(lines) == (1 if shown else 0), completed.stderr[-2000:]
+
+
+@pytest.mark.parametrize("numerics", ["native", "emulate"])
+def test_feeding_a_tensor_the_rewrite_made_half_says_its_values_round(cpu_target, caplog, numerics):
+    """An RNN's zero state (a Fill between MatMuls, so half) fed back: values round, once said."""
+    graph = tf.Graph()
+    with graph.as_default():
+        state = tf.fill([1, 4], 0.0, name="zero_state_" + numerics)  # log_once: a name each
+        w = tf.constant(np.eye(4, dtype=np.float32))
+        out = tf.matmul(tf.matmul(state, w, name="first"), w, name="second")
+    fed = np.array([[1.0 + 2.0 ** -11, 3.0, 1e-3, 0.1]], np.float32)
+    as_half = fed.astype(np.float16).astype(np.float32)  # 1 + 2**-11 -> 1; 1e-3 and 0.1 round
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with Session(graph=graph, numerics=numerics) as session:
+            values = [session.run(out, {state: fed}) for _ in range(2)]
+    assert np.array_equal(values[0], as_half) and np.array_equal(values[1], as_half)
+    said = [r.getMessage() for r in caplog.records if state.name + " is fed" in r.getMessage()]
+    assert said and "rounded to float16" in said[0]

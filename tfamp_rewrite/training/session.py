@@ -94,8 +94,11 @@ class _RewritingSession:
         """
         if not feed_dict:
             return feed_dict
-        return {self._shadow.private_feed(key): value
-                for key, value in nest.flatten_dict_items(feed_dict).items()}
+        mapped = {}
+        for key, value in nest.flatten_dict_items(feed_dict).items():
+            private = self._shadow.private_feed(key)
+            mapped[private] = self._shadow.fed_value(private, value)
+        return mapped
 
     def _map_feed_list(self, feeds):
         """``partial_run_setup``'s feeds: one feed key or a list/tuple of them."""

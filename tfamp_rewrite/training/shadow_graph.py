@@ -22,6 +22,7 @@ import collections.abc
 import threading
 from typing import Dict, List
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
@@ -50,6 +51,8 @@ class ShadowGraph:
         self.numerics = numerics
         self.compat = resolve_compat(compat, dtype)
         self._rounded: Dict[str, str] = {}  # emulated half output -> its rounded float32 twin
+        self._emulated_half: set = set()     # nodes that emulation runs as half (float32 kernels)
+        self._round_when_fed: set = set()    # private tensors whose fed values are rounded to half
         self.reports: List[RewriteReport] = []
         self._version = None
         self._imported: set = set()
@@ -73,6 +76,8 @@ class ShadowGraph:
             self.reports.append(result.report)
             if result.report.emulation is not None:
                 self._rounded.update(result.report.emulation.rounded_outputs)
+                self._emulated_half.update(d.name for d in result.report.decisions
+                                           if d.converted and d.name not in self._imported)
             to_import = self._graph_to_import(graph_def, result)
             if self._imported:
                 self._import_additions(graph_def, to_import)
@@ -180,11 +185,27 @@ class ShadowGraph:
         private = self.graph.get_tensor_by_name(user.name)
         if not self.user_graph.is_feedable(user):
             self.graph.prevent_feeding(private)  # Session.run then refuses it, as for the user graph
-        elif private.dtype != user.dtype:
+        elif private.dtype != user.dtype or self._emulated_half_output(user, private):
             log_once("tfamp_rewrite: %s is fed, and the rewrite runs its node %s in %s: the fed "
                      "values are rounded to %s (feed a float32 placeholder to keep them exact)"
-                     % (user.name, user.op.name, private.dtype.name, private.dtype.name))
+                     % (user.name, user.op.name, self.dtype, self.dtype))
         return private
+
+    def _emulated_half_output(self, user, private) -> bool:
+        """True for an output that emulation holds in half (float32 values rounded to half):
+        a GPU would round what is fed there, so ``fed_value`` does."""
+        if user.op.name not in self._emulated_half or user.dtype != tf.float32:
+            return False
+        self._round_when_fed.add(private.name)
+        return True
+
+    def fed_value(self, private_key, value):
+        """``value`` as the private graph takes it: rounded to half where emulation holds the
+        fed tensor in half (as a GPU's half tensor would hold it), else as it is."""
+        if not isinstance(private_key, tf.Tensor) or private_key.name not in self._round_when_fed:
+            return value
+        half = tf.as_dtype(self.dtype).as_numpy_dtype
+        return np.asarray(value, np.float32).astype(half).astype(np.float32)
 
     def _user_fetch(self, element):
         """The user graph's tensor or operation ``element`` names; errors as Session.run's."""
