@@ -282,7 +282,8 @@ SAVED_MODEL_CASES = [
     ("saver_tensor", _saver_tensor, ["its Saver's filename tensor names 'sav%/Const:0'"]),
     ("collection_node", _collection_node, ["cannot import it", "no_such_node"]),
     ("restore_reads_variable", _restore_reads_variable, {
-        "resource": ["cannot restore: its Saver's restore op reads variable 'conv0/kernel'", "before restoring it"],
+        "resource": ["cannot restore: its Saver's restore op reads variable 'conv0/kernel'",
+                     "before restoring it"],
         "ref": None}),  # ref variables: test_a_restore_that_reads_a_ref_variable_is_refused
 ]
 

@@ -63,6 +63,23 @@ def test_every_tensorflow_name_used_exists_in_tf115(api, uses, verified):
              "examples/) exist in TF 1.15's Python API tree" % (len(names), len(uses), len(SOURCES)))
 
 
+# The tests that run with TF1 behaviour, the program corpus and their helpers: what TF 1.15's
+# own Python would run (tests/tf115 and tests/gpu run elsewhere by design).
+TEST_SOURCES = sorted(path for folder in ("training", "doctor", "saved_graph", "examples", "programs",
+                                          "graph_rewrite", "fused_op", "support")
+                      for path in (ROOT / "tests" / folder).rglob("*.py"))
+
+
+def test_every_tensorflow_name_the_tests_use_exists_in_tf115(api, verified):
+    """Tests reach what only TensorFlow 2 has by a guarded look-up (tests/support/tf_api.py)."""
+    uses = [use for path in TEST_SOURCES for use in tensorflow_uses(path)]
+    missing = ["%s: %s" % (where(use), ".".join(use.chain)) for use in uses
+               if isinstance(api.resolve(use.chain), Missing)]
+    assert missing == [], "\n".join(missing)
+    verified("API surface", "all %d TensorFlow names the tests use (%d files) exist in TF 1.15"
+             % (len({use.chain for use in uses}), len(TEST_SOURCES)))
+
+
 def test_every_call_fits_tf115s_signature(api, uses, verified):
     mismatched, checked = [], 0
     for use in uses:

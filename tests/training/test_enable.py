@@ -7,6 +7,7 @@ import logging
 import pytest
 import tensorflow as tf
 from loss_scaling_problems import SCALE, build, run
+from tf_api import keras_loss_scale_optimizer, keras_sgd, set_keras_global_policy
 
 from tfamp_rewrite import (
     DynamicLossScale,
@@ -66,10 +67,6 @@ def test_disable_clears_the_flag_and_loss_scaling_stays():
     assert state_after_overflow["global_step"] == 0
 
 
-def _keras_sgd():
-    return tf.keras.optimizers.legacy.SGD(0.1)
-
-
 @pytest.mark.parametrize(
     "make_opt, loss_scale, message",
     [
@@ -77,9 +74,9 @@ def _keras_sgd():
                      "wrap an optimizer once", id="enable_twice"),
         pytest.param(lambda: LossScaleOptimizer(sgd()), "dynamic", "wrap an optimizer once",
                      id="already_wrapped"),
-        pytest.param(lambda: tf.keras.mixed_precision.LossScaleOptimizer(_keras_sgd()),
+        pytest.param(lambda: keras_loss_scale_optimizer(keras_sgd()),
                      "dynamic", "Keras LossScaleOptimizer", id="keras_loss_scale_optimizer"),
-        pytest.param(_keras_sgd, "dynamic", "Keras optimizers have their own loss scaling",
+        pytest.param(keras_sgd, "dynamic", "Keras optimizers have their own loss scaling",
                      id="keras_optimizer"),
         pytest.param(lambda: 0.1, "dynamic", "Expected a tf.compat.v1.train.Optimizer",
                      id="not_optimizer"),
@@ -97,13 +94,12 @@ def test_enable_rejects_and_leaves_the_rewrite_off(make_opt, loss_scale, message
 
 @pytest.mark.tf2_behavior("Keras' global dtype policy (V2 dtype behaviour)")
 def test_enable_refuses_when_keras_mixed_precision_policy_is_set():
-    keras_mixed_precision = tf.keras.mixed_precision
-    keras_mixed_precision.set_global_policy("mixed_float16")
+    set_keras_global_policy("mixed_float16")
     try:
         with pytest.raises(ValueError, match="Keras global dtype policy"):
             enable_mixed_precision_graph_rewrite(sgd())
     finally:
-        keras_mixed_precision.set_global_policy("float32")
+        set_keras_global_policy("float32")
     assert not activation.graph_rewrite_enabled()
     enable_mixed_precision_graph_rewrite(sgd())  # fine again with the default policy
 

@@ -7,6 +7,7 @@ import weakref
 import numpy as np
 import pytest
 import tensorflow as tf
+from tf_api import tf_loss_scaling
 
 from tfamp_rewrite.training import loss_scale
 from tfamp_rewrite.training.loss_scale import (
@@ -209,7 +210,7 @@ def test_get_rejects_with_what_is_allowed(identifier, message):
 
 def test_get_rejects_tensorflows_own_loss_scale_by_name():
     with tf.Graph().as_default():
-        theirs = tf1.mixed_precision.DynamicLossScale()
+        theirs = tf_loss_scaling().DynamicLossScale()
     with pytest.raises(ValueError, match="tfamp_rewrite.DynamicLossScale"):
         loss_scale.get(theirs)
 

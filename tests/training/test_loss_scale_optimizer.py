@@ -16,6 +16,7 @@ from loss_scaling_problems import (
     run,
     without_loss_scale,
 )
+from tf_api import keras_loss_scale_optimizer, keras_sgd, tf_loss_scaling
 
 from tfamp_rewrite import DynamicLossScale, FixedLossScale, LossScaleOptimizer
 
@@ -93,8 +94,8 @@ def test_same_trajectory_as_tensorflows_loss_scale_optimizer():
         return LossScaleOptimizer(momentum(), DynamicLossScale(16.0, increment_period=3))
 
     def tensorflows():
-        scale = tf1.mixed_precision.DynamicLossScale(16.0, increment_period=3)
-        return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(momentum(), scale)
+        scale = tf_loss_scaling().DynamicLossScale(16.0, increment_period=3)
+        return tf_loss_scaling().MixedPrecisionLossScaleOptimizer(momentum(), scale)
 
     expected = _trajectory(tensorflows, overflows)
     actual = _trajectory(ours, overflows)
@@ -322,10 +323,6 @@ def _accumulating_horovod():
     return distributed
 
 
-def _keras_sgd():
-    return tf.keras.optimizers.legacy.SGD(0.1)
-
-
 @pytest.mark.parametrize(
     "make_opt, message",
     [
@@ -333,12 +330,12 @@ def _keras_sgd():
                      id="wrap_twice"),
         pytest.param(lambda: _NamedLike(LossScaleOptimizer(momentum())), "wrap an optimizer once",
                      id="wrapped_inside_another_wrapper"),
-        pytest.param(lambda: tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+        pytest.param(lambda: tf_loss_scaling().MixedPrecisionLossScaleOptimizer(
             momentum(), 8), "wrap an optimizer once", id="tensorflows_wrapper"),
         pytest.param(lambda: "sgd", "Expected a tf.compat.v1.train.Optimizer", id="not_optimizer"),
-        pytest.param(_keras_sgd, "tf.keras.mixed_precision.LossScaleOptimizer",
+        pytest.param(keras_sgd, "tf.keras.mixed_precision.LossScaleOptimizer",
                      id="keras_optimizer"),
-        pytest.param(lambda: tf.keras.mixed_precision.LossScaleOptimizer(_keras_sgd()),
+        pytest.param(lambda: keras_loss_scale_optimizer(keras_sgd()),
                      "already does loss scaling", id="keras_loss_scale_optimizer"),
         pytest.param(lambda: tf1.train.SyncReplicasOptimizer(momentum(), 1),
                      "Wrap SyncReplicasOptimizer around the LossScaleOptimizer",
@@ -416,5 +413,5 @@ def test_the_keras_rejection_names_the_running_tensorflows_loss_scale_optimizer(
 
     monkeypatch.setattr(keras_compat.tf, "__version__", version)
     with tf.Graph().as_default(), pytest.raises(ValueError) as raised:
-        LossScaleOptimizer(_keras_sgd())
+        LossScaleOptimizer(keras_sgd())
     assert "use %s, or pass" % name in str(raised.value)
