@@ -75,9 +75,16 @@ lint: venv
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.7- --eval-annotations --backport dataclasses \
 	  tfamp_rewrite tfamp_rewrite_startup.py setup.py tests examples benchmarks
 
+# The TF1-behaviour pass runs beside the main one (two cores; each is mostly one busy thread);
+# its output follows the main pass's. Either failing fails the target.
+TF1_BEHAVIOR_LOG := .pytest-tf1-behavior.log
 test: venv op lint horovod test-tf115
-	$(PY) -m pytest --ignore=tests/tf115 $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-tf1-behavior
+	@$(PY) -m pytest --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS) > $(TF1_BEHAVIOR_LOG) 2>&1 & tf1=$$!; \
+	$(PY) -m pytest --ignore=tests/tf115 $(PYTEST_ARGS); main=$$?; \
+	wait $$tf1; tf1_status=$$?; \
+	echo "== the same tests with TF1 behaviour (pytest --tf1-behavior $(TF1_BEHAVIOR_TESTS))"; \
+	cat $(TF1_BEHAVIOR_LOG); rm -f $(TF1_BEHAVIOR_LOG); \
+	test $$main -eq 0 -a $$tf1_status -eq 0
 
 # TF1 programs' behaviour (reference variables, Switch/Merge and Enter/Exit control flow, graph
 # mode) on this TensorFlow: tf.compat.v1.disable_v2_behavior() before any test module loads.
