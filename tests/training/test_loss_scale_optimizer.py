@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 
 import numpy as np
@@ -18,6 +19,7 @@ from loss_scaling_problems import (
 )
 from tf_api import keras_loss_scale_optimizer, keras_sgd, tf_loss_scaling
 
+import tfamp_rewrite
 from tfamp_rewrite import DynamicLossScale, FixedLossScale, LossScaleOptimizer
 
 tf1 = tf.compat.v1
@@ -415,3 +417,43 @@ def test_the_keras_rejection_names_the_running_tensorflows_loss_scale_optimizer(
     with tf.Graph().as_default(), pytest.raises(ValueError) as raised:
         LossScaleOptimizer(keras_sgd())
     assert "use %s, or pass" % name in str(raised.value)
+
+
+def _tiny_gradient_step(scaled: bool, caplog):
+    """One SGD step on ``loss = 1e-8 * sum(x @ w)`` in emulated float16, gradients by tf.gradients.
+
+    dL/d(x @ w) is 1e-8, below float16's smallest subnormal (2**-24 ~ 6e-8): the MatMul of
+    the weight gradient reads it as 0 unless the loss was scaled.  Returns w's change
+    (the learning rate of 1e6 makes a gradient of 4e-8 a change of 0.04).
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 4], name="x")
+        w = tf1.get_variable("w", initializer=np.ones([4, 4], np.float32))
+        loss = 1e-8 * tf.reduce_sum(tf.matmul(x, w))
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e6), "dynamic")
+        if scaled:
+            grads = opt.get_unscaled_gradients(tf1.gradients(opt.get_scaled_loss(loss), [w]))
+        else:
+            grads = tf1.gradients(loss, [w])
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            step = opt.apply_gradients(zip(grads, [w]))
+        init = tf1.global_variables_initializer()
+    with tfamp_rewrite.Session(graph=graph, numerics="emulate") as session:
+        session.run(init)
+        session.run(step, {x: np.ones([4, 4], np.float32)})
+        return session.run(w) - 1.0
+
+
+def test_tf_gradients_users_scale_with_get_scaled_loss_and_are_warned_without(monkeypatch, caplog):
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())  # what this process already said once
+    change = _tiny_gradient_step(scaled=True, caplog=caplog)
+    np.testing.assert_allclose(change, -0.04, rtol=1e-2)   # the gradient survived float16
+    assert not [r for r in caplog.records if "unscaled loss" in r.getMessage()]
+    change = _tiny_gradient_step(scaled=False, caplog=caplog)
+    assert np.all(change == 0.0)                             # flushed to zero in float16
+    (warning,) = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
+    assert "get_scaled_loss" in warning and "get_unscaled_gradients" in warning

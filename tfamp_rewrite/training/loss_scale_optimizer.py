@@ -35,6 +35,12 @@ Wrapping orders (Horovod's ``hvd.DistributedOptimizer``, TF's ``SyncReplicasOpti
   its allreduces it returns this rank's own gradients, so each rank would skip and
   rescale on its own.  Wrap them around the ``LossScaleOptimizer`` instead.
 
+Programs that compute gradients themselves (``tf.gradients(loss, vars)``, then
+``apply_gradients``) scale with Keras' names: ``grads = opt.get_unscaled_gradients(
+tf.gradients(opt.get_scaled_loss(loss), vars))``.  ``apply_gradients`` warns once when its
+gradients do not depend on any loss scale this optimizer handed out: they were computed from
+the unscaled loss, so small half gradients flushed to zero before anything could skip a step.
+
 ``get_slot``, ``get_slot_names`` and ``variables`` answer for the wrapped optimizer (the
 last adds the loss-scale variables), and every attribute that neither this class nor
 ``tf.compat.v1.train.Optimizer`` defines is forwarded to it, so ``opt._learning_rate``,
@@ -51,6 +57,7 @@ import tensorflow as tf
 from ..fused_op.op import unscale_and_check_finite
 from . import keras_compat
 from . import loss_scale as loss_scale_module
+from .devices import log_once
 
 _tf = tf.compat.v1
 
@@ -166,6 +173,27 @@ def _same_gradients(first, second):
     return ids(first) == ids(second)
 
 
+def _depends_on_any(tensors, ops) -> bool:
+    """True if an op in ``ops`` is among the ancestors (data or control) of ``tensors``."""
+    stack = [t.op for t in tensors]
+    seen = set()
+    while stack:
+        op = stack.pop()
+        if op in ops:
+            return True
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return False
+
+
+def _tensors_of(grads):
+    """The tensors of a gradient list (an IndexedSlices' values), Nones left out."""
+    return [getattr(g, "values", g) for g in grads if g is not None]
+
+
 def _taken_from_accumulators(grads):
     """True if ``grads`` come from gradient accumulators (``SyncReplicasOptimizer``).
 
@@ -207,11 +235,38 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         self._optimizer = opt
         self._loss_scale = scale
         self._checked = None
+        self._scales_handed_out = set()  # the ops of every scale tensor a loss was multiplied by
 
     @property
     def loss_scale(self):
         """The ``LossScale`` this optimizer uses; call it for the current value."""
         return self._loss_scale
+
+    def _current_scale(self):
+        """The loss scale as a tensor, recorded as one a loss was scaled with."""
+        scale = self._loss_scale()
+        _tf.add_to_collection(LOSS_SCALE_COLLECTION, scale)
+        self._scales_handed_out.add(scale.op)
+        return scale
+
+    def get_scaled_loss(self, loss):
+        """``loss`` times the current loss scale (a callable loss stays callable).
+
+        For programs that differentiate themselves: ``tf.gradients(opt.get_scaled_loss(loss),
+        vars)``, then ``get_unscaled_gradients`` (Keras' ``LossScaleOptimizer`` names).
+        """
+        return _scaled_loss(loss, self._current_scale())
+
+    def get_unscaled_gradients(self, grads):
+        """``grads`` (tensors, IndexedSlices or None) divided by the current loss scale.
+
+        ``apply_gradients`` of exactly these reuses their finite check.
+        """
+        grads = list(grads)
+        scale = self._loss_scale()
+        unscaled, all_finite = unscale_and_check_finite(grads, 1.0 / scale)
+        self._checked = _CheckedGradients(tuple(unscaled), all_finite)
+        return list(unscaled)
 
     def compute_gradients(
         self,
@@ -223,8 +278,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         grad_loss=None,
     ):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
-        scale = self._loss_scale()
-        _tf.add_to_collection(LOSS_SCALE_COLLECTION, scale)
+        scale = self._current_scale()
         with _delegating():
             grads_and_vars = list(self._optimizer.compute_gradients(
                 _scaled_loss(loss, scale),
@@ -285,8 +339,23 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         """The finite flag for ``grads``: reused if compute_gradients produced exactly them."""
         if self._checked is not None and _same_gradients(self._checked.grads, grads):
             return self._checked.all_finite
+        self._warn_if_unscaled(grads)
         _, all_finite = unscale_and_check_finite(grads, 1.0)
         return all_finite
+
+    def _warn_if_unscaled(self, grads) -> None:
+        """Says once that ``grads`` were computed from a loss no scale multiplied."""
+        tensors = _tensors_of(grads)
+        if not tensors or _taken_from_accumulators(grads):  # accumulated: scaled upstream, elsewhere
+            return
+        if _depends_on_any(tensors, self._scales_handed_out):
+            return
+        log_once(
+            "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss "
+            "(tf.gradients(loss, ...) rather than compute_gradients), so loss scaling cannot "
+            "keep small float16 gradients from flushing to zero; only non-finite steps are "
+            "skipped. Use opt.compute_gradients(loss), or with a LossScaleOptimizer "
+            "grads = opt.get_unscaled_gradients(tf.gradients(opt.get_scaled_loss(loss), vars)).")
 
     def get_slot(self, var, name):
         return self._optimizer.get_slot(var, name)
