@@ -5,16 +5,23 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+from tfamp_rewrite.graph_rewrite.forward_compat import strip_default_attrs
+from tfamp_rewrite.graph_rewrite.rewrite import op_def_lookup
+
 tf1 = tf.compat.v1
 
 
 def affine_relu():
+    """x @ w + 0.25, relu; default-valued attributes left out, as TensorFlow 1.15 must read
+    it (newer TensorFlow adds some, e.g. 2.21's MatMul grad_a / grad_b)."""
     graph = tf.Graph()
     with graph.as_default():
         x = tf1.placeholder(tf.float32, [None, 3], name="x")
         w = tf.constant([[1.0, -2.0], [0.5, 1.0], [-1.0, 3.0]], name="w")
         tf.nn.relu(tf.matmul(x, w) + 0.25, name="y")
-    return graph.as_graph_def()
+    graph_def = graph.as_graph_def()
+    strip_default_attrs(graph_def, op_def_lookup(graph_def))
+    return graph_def
 
 
 def test_tf115_runtime_loads_and_runs_a_graph(tf115, tf2, verified):
