@@ -13,8 +13,9 @@ import pytest
 import saved_graph_models as models
 from cli_helpers import read_graph, run_main
 
+from tfamp_rewrite.graph_rewrite.graph_view import topological_names
 from tfamp_rewrite.saved_graph import report_schema
-from tfamp_rewrite.saved_graph.auto_tune import search, topological_names
+from tfamp_rewrite.saved_graph.auto_tune import search
 from tfamp_rewrite.saved_graph.calibration import calibration_batches
 from tfamp_rewrite.saved_graph.graph_io import GraphTensor
 

@@ -1,6 +1,7 @@
 """The range of each probed tensor as in-graph reductions, fetched together with a run.
 
-``ProbeOps(graph, limits)`` adds, per probed float32 tensor ``x`` of ``graph``::
+``ProbeOps(graph, limits)`` adds, per probed float32 tensor ``x`` of ``graph`` (a float16 or
+bfloat16 one, as in a rewritten graph, is cast to float32 first: exactly)::
 
     a      = |x|
     bins   = 256 if a == 0 else float32 exponent field of a     (bitcast, shift: 0..255)
@@ -26,9 +27,11 @@ from .probes import Probe
 
 tf1 = tf.compat.v1
 BINS = 258          # 256 float32 exponent fields, zeros, overflows
+NONFINITE_BIN = 255  # exponent field 255: inf and nan
 ZERO_BIN = 256
 OVERFLOW_BIN = 257
 SCOPE = "tfamp_doctor/"
+_MEASURABLE = (tf.float32, tf.float16, tf.bfloat16)
 
 
 class ProbeOps:
@@ -52,12 +55,13 @@ class ProbeOps:
                 if probe.tensor in self._ids:
                     continue
                 tensor = self.graph.get_tensor_by_name(probe.tensor)
-                if tensor.dtype != tf.float32:
+                if tensor.dtype not in _MEASURABLE:
                     continue
                 self._ids[probe.tensor] = len(self.probes)
                 self.probes.append(probe)
                 self._tensors.append(tensor)
-                self._stats.append(_tensor_stats(tensor, self.limits.max_finite))
+                values = tensor if tensor.dtype == tf.float32 else tf1.cast(tensor, tf.float32)
+                self._stats.append(_tensor_stats(values, self.limits.max_finite))
                 added += 1
         self._selections.clear()
         return added

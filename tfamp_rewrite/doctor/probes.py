@@ -133,6 +133,35 @@ def plan_probes(graph_def, rewritten_def, report: RewriteReport,
     return plan
 
 
+def plan_boundary_probes(graph_def, report: RewriteReport) -> List[Probe]:
+    """Float32 outputs of unconverted nodes that read a converted node's output.
+
+    There a value a half tensor lost -- flushed to zero, rounded to 1 -- can turn inf or nan
+    in float32 (``log(1e-10 + p)`` with ``p`` half).  ``half_nodes`` are those converted
+    producers: what must stay float32 if the output turns non-finite from finite inputs.
+    """
+    view = _view(graph_def)
+    by_name = {d.name: d for d in report.decisions}
+    converted = {d.name for d in report.decisions if d.converted}
+    unfetchable = _in_control_flow(view)
+    roles = _roles(view)
+    probes = []
+    for i, node in enumerate(view.nodes):
+        if node.name in converted or i in unfetchable or view.ops[i] in _SHAPE_READERS:
+            continue
+        producers = list(dict.fromkeys(view.nodes[src].name for src, _ in view.inputs[i]
+                                       if view.nodes[src].name in converted))
+        if not producers:
+            continue
+        for port in range(len(view.out_attrs[i] or ())):
+            if _dtype_out(view, i, port) == DT_FLOAT:
+                probes.append(Probe(tensor="%s:%d" % (node.name, port), node=node.name, op=node.op,
+                                    category=None, role=roles.get((i, port), FORWARD),
+                                    half_nodes=[HalfNode(n, by_name[n].op, by_name[n].category)
+                                                for n in producers]))
+    return probes
+
+
 def _merge_copies(view: GraphView, half_nodes: Dict[Tuple[int, int], List[str]], unfetchable) -> None:
     """A copy of a probed tensor (Identity, Reshape, ...) holds its values: one probe serves both."""
     def source(tensor):

@@ -285,3 +285,29 @@ def _dtype_of(attr, type_attr: TypeAttr, layout: Optional[_OpLayout]) -> int:
         return value.type
     types = value.list.type
     return types[index] if index < len(types) else DT_INVALID
+
+
+def topological_names(graph_def) -> List[str]:
+    """Node names in an order where producers come before consumers (loop back edges aside)."""
+    index = {node.name: i for i, node in enumerate(graph_def.node)}
+    successors: List[List[int]] = [[] for _ in graph_def.node]
+    pending = [0] * len(graph_def.node)
+    for i, node in enumerate(graph_def.node):
+        if node.op in ("NextIteration", "RefNextIteration"):
+            continue
+        for text in node.input:
+            src = index.get(text.lstrip("^").split(":")[0])
+            if src is not None and graph_def.node[src].op not in ("NextIteration", "RefNextIteration"):
+                successors[src].append(i)
+                pending[i] += 1
+    ready = [i for i in range(len(pending)) if pending[i] == 0][::-1]
+    order = []
+    while ready:
+        i = ready.pop()
+        order.append(graph_def.node[i].name)
+        for k in successors[i]:
+            pending[k] -= 1
+            if pending[k] == 0:
+                ready.append(k)
+    placed = set(order)
+    return order + [node.name for node in graph_def.node if node.name not in placed]

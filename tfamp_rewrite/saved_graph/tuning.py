@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from ..fused_op.round_to_half import round_to_half_available
+from ..graph_rewrite.graph_view import topological_names
 from ..graph_rewrite.rewrite import emulate_rewritten
 from ..graph_rewrite.rounding import use_rounding_op
 from . import conversion as conversions
-from .auto_tune import AUTO_TUNE, AutoTuneReport, search, topological_names
+from .auto_tune import AUTO_TUNE, AutoTuneReport, search
 from .calibration import KeptNode, calibrate, calibration_batches
 from .conversion import Conversion, ConvertOptions, Prepared
 from .formats import SavedGraph
