@@ -53,6 +53,7 @@ _original_methods: Dict[str, object] = {}  # TensorFlow's Optimizer methods, cap
 _graph_rewrite = False
 _loss_scaling = False
 _doctor = None  # the precision doctor's run, while sessions probe instead of rewriting
+_auto_fix = None  # enable_mixed_precision_graph_rewrite(auto_fix=...): None = the environment's
 
 
 def _tensorflow_v1():
@@ -109,6 +110,17 @@ def _constructing(original):
 
 def _is_ours(new) -> bool:
     return getattr(getattr(new, "__func__", None), _NEW_MARKER, False)
+
+
+def set_auto_fix_default(auto_fix) -> None:
+    """Whether sessions created from now on heal skipped steps (None: ``TFAMP_REWRITE_AUTO_FIX``)."""
+    global _auto_fix
+    _auto_fix = None if auto_fix is None else bool(auto_fix)
+
+
+def auto_fix_default():
+    """The healing setting ``enable_mixed_precision_graph_rewrite`` gave, or None."""
+    return _auto_fix
 
 
 # -- the precision doctor ------------------------------------------------------------------
@@ -224,5 +236,6 @@ def activate_from_environment(environ: Mapping[str, str] = None) -> None:
 def deactivate() -> None:
     """Turns both switches (and the doctor) off, restoring TensorFlow exactly."""
     set_doctor(None)
+    set_auto_fix_default(None)
     disable_graph_rewrite()
     disable_loss_scaling()

@@ -27,7 +27,7 @@ from ..doctor.probes import GRADIENT_ROLES, plan_probes
 from . import activation
 from .loss_scale_optimizer import LOSS_SCALE_COLLECTION
 from .session import TF_SESSION_CLASSES, _RewritingSession
-from .shadow_graph import ShadowGraph, map_fetch_structure
+from .shadow_graph import ShadowGraph, fetch_elements
 
 
 class ProbedGraph(ShadowGraph):
@@ -58,6 +58,10 @@ class _DoctorSession(_RewritingSession):
                                "(tfamp_rewrite.training.activation.set_doctor)")
         return ProbedGraph(self._user_graph, doctor)
 
+    def _make_watch(self, auto_fix):
+        del auto_fix
+        return None  # the float32 graph runs: no step of it is skipped for half's sake
+
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         shadow = self._shadow
         doctor = shadow.doctor
@@ -65,7 +69,7 @@ class _DoctorSession(_RewritingSession):
         shadow.sync()
         mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
         fed = [key for key in (feeds or {}) if isinstance(key, tf.Tensor)]
-        ids = shadow.probe_ops.select(_elements(mapped), fed)
+        ids = shadow.probe_ops.select(fetch_elements(mapped), fed)
         probes = [shadow.probe_ops.probes[i] for i in ids]
         gradients = any(p.role in GRADIENT_ROLES for p in probes)
         if not probes or not doctor.probing:
@@ -88,22 +92,6 @@ class _DoctorSession(_RewritingSession):
         """The loss scale of the user graph's last LossScaleOptimizer, in the private graph."""
         scales = self._user_graph.get_collection(LOSS_SCALE_COLLECTION)
         return self._shadow.private_fetch(scales[-1]) if scales else None
-
-
-def _elements(mapped):
-    """The tensors and operations a mapped fetch structure holds."""
-    found = []
-
-    def collect(leaf):
-        if isinstance(leaf, (tf.Tensor, tf.Operation)):
-            found.append(leaf)
-        elif isinstance(leaf, (tf.SparseTensor, tf.IndexedSlices)):
-            found.extend(t for t in (getattr(leaf, "indices", None), getattr(leaf, "values", None),
-                                     getattr(leaf, "dense_shape", None)) if isinstance(t, tf.Tensor))
-        return leaf
-
-    map_fetch_structure(mapped, collect)
-    return found
 
 
 class Session(_DoctorSession, TF_SESSION_CLASSES["Session"]):

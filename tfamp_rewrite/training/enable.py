@@ -55,13 +55,16 @@ def _warn_once_if_sessions_exist():
         )
 
 
-def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic"):
+def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic", auto_fix=None):
     """Returns ``opt`` wrapped in a ``LossScaleOptimizer`` and enables the graph rewrite.
 
     Args:
       opt: a ``tf.compat.v1.train.Optimizer`` not yet wrapped with loss scaling.
       loss_scale: ``'dynamic'`` (default), a number >= 1 for a fixed scale, or a
         ``DynamicLossScale`` / ``FixedLossScale``.
+      auto_fix: whether sessions heal a run of skipped steps by keeping the half node
+        behind it float32 (step_watch.py); None (default): ``TFAMP_REWRITE_AUTO_FIX``, on
+        unless it is 0.
 
     Raises:
       ValueError: the Keras global dtype policy is already a mixed one, ``opt`` is not a
@@ -80,6 +83,7 @@ def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic"):
         )
     wrapped = LossScaleOptimizer(opt, loss_scale)
     _warn_once_if_sessions_exist()
+    activation.set_auto_fix_default(auto_fix)
     activation.enable_graph_rewrite()
     return wrapped
 

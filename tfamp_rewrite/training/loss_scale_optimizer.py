@@ -55,7 +55,7 @@ import threading
 import tensorflow as tf
 
 from ..fused_op.op import unscale_and_check_finite
-from . import keras_compat
+from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
 
@@ -310,9 +310,14 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         grads = [g for g, _ in grads_and_vars]
         all_finite = self._all_finite(grads)
         name = name or self.get_name()
-        # The gradients were unscaled with the value this update replaces: read it first.
+        # The gradients were unscaled with the value this update replaces: read it first
+        # (and once more for whoever watches the steps, before the update).
         with _tf.control_dependencies([g.op for g in grads if g is not None]):
-            update_op, should_apply = self._loss_scale.update(all_finite)
+            scale_used = self._loss_scale()
+            with _tf.control_dependencies([scale_used.op]):
+                update_op, should_apply = self._loss_scale.update(all_finite)
+        step_signals.register(scale_used.graph, step_signals.StepSignal(
+            all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale))
 
         def apply():
             with _delegating():

@@ -21,6 +21,7 @@ line naming what it converted and these settings.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import tensorflow as tf
@@ -28,8 +29,10 @@ from tensorflow.python.util import nest
 
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
+from .activation import auto_fix_default as activation_auto_fix
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
-from .shadow_graph import ShadowGraph, map_fetch_structure
+from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
+from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
 
 _tf1 = tf.compat.v1
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
@@ -39,11 +42,14 @@ TF_SESSION_CLASSES = {"Session": _tf1.Session, "InteractiveSession": _tf1.Intera
 class _RewritingSession:
     """Mixin over a TensorFlow session class; see the module docstring."""
 
-    def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None, compat=None):
+    def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None, compat=None,
+                 auto_fix=None):
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
                                          session_compat(compat))
+        self._watch = self._make_watch(auto_fix_setting(auto_fix if auto_fix is not None
+                                                        else activation_auto_fix()))
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
@@ -54,6 +60,18 @@ class _RewritingSession:
             log_once("tfamp_rewrite: " + why)
             return None
         return ShadowGraph(self._user_graph, rewrite_target, dtype, numerics, compat)
+
+    def _make_watch(self, auto_fix: bool):
+        """The StepWatch over this session's loss-scaled steps (None when not rewriting)."""
+        if self._shadow is None:
+            return None
+        self._shadow.kept_float32.update(read_heal_file())
+        return StepWatch(self._shadow, auto_fix, heal_file=os.environ.get(HEAL_FILE_ENV) or None)
+
+    @property
+    def heals(self):
+        """The heals this session made (``step_watch.Heal``; empty when none or not rewriting)."""
+        return list(self._watch.heals) if self._watch is not None else []
 
     # -- what the rest of TensorFlow sees -------------------------------------------
     @property
@@ -111,8 +129,22 @@ class _RewritingSession:
         if self._shadow is None:
             return super().run(fetches, feed_dict, options, run_metadata)
         self._shadow.sync()
-        return self._call_base(super().run, self._map_fetches(fetches), self._map_feeds(feed_dict),
-                               options, run_metadata)
+        mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
+        watched = (None if self._watch is None
+                   else self._watch.extra_fetches(fetch_elements(mapped), _fed_tensors(feeds)))
+        if watched is None:
+            return self._call_base(super().run, mapped, feeds, options, run_metadata)
+        extra, probe_ids = watched
+        values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
+        self._watch.after_run(extra_values, probe_ids, self._reset_loss_scales)
+        return values
+
+    def _reset_loss_scales(self, signals) -> None:
+        """Runs the initializers of ``signals``' loss-scale variables (after a heal)."""
+        with self._user_graph.as_default():
+            initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
+        if initializers:
+            self._call_base(super().run, [self._shadow.private_fetch(op) for op in initializers])
 
     def partial_run_setup(self, fetches, feeds=None):
         if self._shadow is None:
@@ -135,6 +167,10 @@ class _RewritingSession:
         self._shadow.sync()
         return self._call_base(super().make_callable, self._map_fetches(fetches), None,
                                accept_options)
+
+
+def _fed_tensors(feeds):
+    return [key for key in (feeds or {}) if isinstance(key, tf.Tensor)]
 
 
 class Session(_RewritingSession, TF_SESSION_CLASSES["Session"]):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import collections.abc
 import threading
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import numpy as np
 import tensorflow as tf
@@ -34,6 +34,7 @@ from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from .devices import log_once
+from .generations import import_generation, state_sources
 from .user_log import log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -54,6 +55,11 @@ class ShadowGraph:
         self._emulated_half: set = set()     # nodes that emulation runs as half (float32 kernels)
         self._round_when_fed: set = set()    # private tensors whose fed values are rounded to half
         self.reports: List[RewriteReport] = []
+        self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
+        self.last_rewrite = None             # (user GraphDef, RewriteResult) of the latest import
+        self._scope = ""                     # name scope of the current generation ("" first)
+        self._generation = 0
+        self._shared: Set[str] = set()       # state sources every generation shares
         self._version = None
         self._imported: set = set()
         self._fetch_casts: Dict[str, tf.Tensor] = {}
@@ -69,24 +75,84 @@ class ShadowGraph:
             if version == self._version:
                 return
             graph_def = self.user_graph.as_graph_def()
-            result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
-                                       numerics=self.numerics, compat=self.compat)
-            if result.report.emulation is not None and round_to_half_available():
-                use_rounding_op(result.graph_def, result.report.emulation)
-            self.reports.append(result.report)
-            if result.report.emulation is not None:
-                self._rounded.update(result.report.emulation.rounded_outputs)
-                self._emulated_half.update(d.name for d in result.report.decisions
-                                           if d.converted and d.name not in self._imported)
+            result = self._rewrite(graph_def, whole=bool(self._scope))
             to_import = self._graph_to_import(graph_def, result)
-            if self._imported:
+            if self._scope:  # after a heal, growth is imported as a whole new generation
+                self._import_generation(to_import)
+            elif self._imported:
                 self._import_additions(graph_def, to_import)
             else:
                 with self.graph.as_default():
                     tf.import_graph_def(to_import, name="")
                 self._imported.update(node.name for node in to_import.node)
             self._version = version
+            self.last_rewrite = (graph_def, result)
             self._synced(graph_def, result)
+
+    def heal(self, nodes) -> RewriteReport:
+        """Keeps the user graph's ``nodes`` float32 from now on: rewrites the graph again
+        without converting them and imports that beside the current one, sharing every
+        variable, queue and iterator (generations.py).  Returns the new rewrite's report."""
+        with self._lock:
+            self.kept_float32.update(nodes)
+            graph_def = self.user_graph.as_graph_def()
+            result = self._rewrite(graph_def, whole=True)
+            self._import_generation(self._graph_to_import(graph_def, result))
+            self._version = self.user_graph.version
+            self.last_rewrite = (graph_def, result)
+            return result.report
+
+    def _rewrite(self, graph_def, whole: bool):
+        """The rewrite of ``graph_def`` (healed nodes kept float32), recorded in ``reports``.
+
+        ``whole``: it replaces what the private graph runs (a new generation), rather than
+        adding the nodes not imported yet.
+        """
+        known = {node.name for node in graph_def.node}
+        result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
+                                   numerics=self.numerics, compat=self.compat,
+                                   nodes_to_exclude=sorted(self.kept_float32 & known))
+        if result.report.emulation is not None and round_to_half_available():
+            use_rounding_op(result.graph_def, result.report.emulation)
+        self.reports.append(result.report)
+        if result.report.emulation is not None:
+            if whole:
+                self._rounded.clear()
+                self._emulated_half.clear()
+            self._rounded.update(result.report.emulation.rounded_outputs)
+            self._emulated_half.update(d.name for d in result.report.decisions
+                                       if d.converted and (whole or d.name not in self._imported))
+        return result
+
+    def half_rewrite(self):
+        """``(user GraphDef, RewriteResult)`` of the latest import with half dtypes in it:
+        the rewrite itself, or under emulation the same decisions with native numerics."""
+        graph_def, result = self.last_rewrite
+        if self.numerics == "native":
+            return graph_def, result
+        known = {node.name for node in graph_def.node}
+        return graph_def, rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
+                                            compat=self.compat,
+                                            nodes_to_exclude=sorted(self.kept_float32 & known))
+
+    def _import_generation(self, rewritten_def) -> None:
+        """Imports ``rewritten_def`` whole, under a new scope, sharing state (generations.py)."""
+        self._generation += 1
+        scope = "tfamp_heal_%d" % self._generation
+        sources = state_sources(rewritten_def)
+        import_generation(self.graph, rewritten_def, scope, sources | self._shared)
+        self._shared |= sources
+        self._scope = scope + "/"
+        self._fetches.clear()
+        self._feeds.clear()
+        self._fetch_casts.clear()
+        self._round_when_fed.clear()
+
+    def private_name(self, name: str) -> str:
+        """The private graph's name for the user graph's node or tensor ``name``."""
+        if not self._scope or name.split(":")[0] in self._shared:
+            return name
+        return self._scope + name
 
     def _graph_to_import(self, graph_def, result):
         """What the private graph holds: the rewrite (a subclass may keep the user's graph)."""
@@ -162,8 +228,8 @@ class ShadowGraph:
         if not self.user_graph.is_fetchable(user):
             return self._unfetchable(user)
         if isinstance(user, tf.Operation):
-            return self.graph.get_operation_by_name(user.name)
-        private = self.graph.get_tensor_by_name(self._rounded.get(user.name, user.name))
+            return self.graph.get_operation_by_name(self.private_name(user.name))
+        private = self.graph.get_tensor_by_name(self.private_name(self._rounded.get(user.name, user.name)))
         if private.dtype == user.dtype:
             return private
         return self._cast_back(user, private)
@@ -182,7 +248,7 @@ class ShadowGraph:
             user = self.user_graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
         except (KeyError, TypeError, ValueError) as error:  # as Session.run words it
             raise TypeError("Cannot interpret feed_dict key as Tensor: %s" % (error.args[0],)) from None
-        private = self.graph.get_tensor_by_name(user.name)
+        private = self.graph.get_tensor_by_name(self.private_name(user.name))
         if not self.user_graph.is_feedable(user):
             self.graph.prevent_feeding(private)  # Session.run then refuses it, as for the user graph
         elif private.dtype != user.dtype or self._emulated_half_output(user, private):
@@ -222,7 +288,7 @@ class ShadowGraph:
         """The private twin of a fetch TensorFlow marked not fetchable (inside a cond or
         loop), marked the same, so that Session.run refuses it with TensorFlow's error."""
         op = user if isinstance(user, tf.Operation) else user.op
-        private_op = self.graph.get_operation_by_name(op.name)
+        private_op = self.graph.get_operation_by_name(self.private_name(op.name))
         self.graph.prevent_fetching(private_op)
         return private_op if isinstance(user, tf.Operation) else private_op.outputs[user.value_index]
 
@@ -279,6 +345,22 @@ def map_fetch_structure(fetches, leaf_fn):
         return leaf_fn(item)
 
     return walk(fetches)
+
+
+def fetch_elements(mapped) -> list:
+    """The tensors and operations a mapped fetch structure holds (composites' components)."""
+    found = []
+
+    def collect(leaf):
+        if isinstance(leaf, (tf.Tensor, tf.Operation)):
+            found.append(leaf)
+        elif isinstance(leaf, (tf.SparseTensor, tf.IndexedSlices)):
+            found.extend(t for t in (getattr(leaf, "indices", None), getattr(leaf, "values", None),
+                                     getattr(leaf, "dense_shape", None)) if isinstance(t, tf.Tensor))
+        return leaf
+
+    map_fetch_structure(mapped, collect)
+    return found
 
 
 def _belongs_to(element, graph) -> bool:

@@ -1,0 +1,259 @@
+"""Skipped steps noticed, explained and healed: the guard, the diagnosis, the heal.
+
+Sessions run emulated Tensor Core numerics (rewrite target cpu), so what overflows is
+float16's 65504 on every CPU.  ``overflow_net`` is a two-layer classifier whose logits
+MatMul overflows float16 on the first step when its inputs are large (a forward culprit
+whatever the loss scale); ``scale_net`` is a regression whose gradients only overflow at
+loss scales above 2**5 (the scale's business, not a culprit's).
+"""
+import json
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfamp_rewrite
+from tfamp_rewrite.training import devices, step_watch
+from tfamp_rewrite.training.session import TF_SESSION_CLASSES
+from tfamp_rewrite.training.skip_guard import SkipGuard
+
+tf1 = tf.compat.v1
+INITIAL_SCALE = 2.0 ** 15
+
+
+@pytest.fixture(autouse=True)
+def emulated_cpu_amp(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    monkeypatch.delenv(step_watch.AUTO_FIX_ENV, raising=False)
+    monkeypatch.delenv(step_watch.HEAL_FILE_ENV, raising=False)
+    monkeypatch.setattr(devices, "_logged", set())
+
+
+# -- the guard's rule ---------------------------------------------------------------------
+
+def test_a_scale_that_starts_too_high_falls_without_a_diagnosis():
+    guard = SkipGuard(min_loss_scale=1.0)
+    for scale in (2.0 ** 15, 2.0 ** 14, 2.0 ** 13):
+        guard.observe(scale, applied=False)
+    assert not guard.diagnosis_due
+    guard.observe(2.0 ** 12, applied=True)
+    assert guard.episode is None and not guard.diagnosis_due
+
+
+def test_a_fall_of_2_to_the_8_is_diagnosed_once_and_the_floor_once_more():
+    guard = SkipGuard(min_loss_scale=1.0, fall_log2=8)
+    scales = [2.0 ** e for e in range(15, 6, -1)]           # 2**15 .. 2**7: fallen by 2**8
+    for scale in scales[:-1]:
+        guard.observe(scale, applied=False)
+    assert not guard.diagnosis_due
+    guard.observe(scales[-1], applied=False)
+    assert guard.diagnosis_due
+    guard.diagnosed(named=False)                             # a gradient: the scale's business
+    for e in range(6, 0, -1):
+        guard.observe(2.0 ** e, applied=False)
+    assert not guard.diagnosis_due                           # no second diagnosis on the way down
+    guard.observe(1.0, applied=False)
+    assert guard.diagnosis_due and guard.at_floor           # the floor: diagnosed once more
+    guard.diagnosed(named=True)
+    guard.observe(1.0, applied=False)
+    assert not guard.diagnosis_due                           # named: said once per episode
+    expected = "32768 -> 16384 -> 8192 -> 4096 -> ... -> 2 -> 1 -> 1 (17 skipped steps)"
+    assert guard.episode.trajectory() == expected
+
+
+def test_after_a_heal_the_first_skip_is_diagnosed_at_once():
+    guard = SkipGuard()
+    guard.restart(after_heal=True)
+    guard.observe(INITIAL_SCALE, applied=False)
+    assert guard.diagnosis_due
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+def overflow_net(input_scale=2000.0, pipeline=None, seed=0):
+    """x [16, 32] (input_scale * N(0, 1)) -> relu(x w1) -> logits = h w2 -> softmax xent.
+
+    Weights ~ N(0, 1): with input_scale 2000 the hidden values are ~1e4 and the logits ~1e5,
+    beyond float16's 65504.  ``pipeline``: None (placeholders), ``"queue"`` or ``"dataset"``
+    (64 batches of fixed data; each step takes the next).
+    """
+    rng = np.random.RandomState(seed)
+    inputs = (rng.standard_normal([64 * 16, 32]) * input_scale).astype(np.float32)
+    labels = rng.randint(0, 4, 64 * 16).astype(np.int32)
+    graph = tf.Graph()
+    parts = {}
+    with graph.as_default():
+        tf1.set_random_seed(seed)
+        if pipeline == "queue":
+            queue = tf1.FIFOQueue(64 * 16, [tf.float32, tf.int32], shapes=[[32], []])
+            parts["fill"] = queue.enqueue_many([inputs, labels])
+            x, y = queue.dequeue_many(16)
+        elif pipeline == "dataset":
+            dataset = tf1.data.Dataset.from_tensor_slices((inputs, labels)).batch(16)
+            x, y = tf1.data.make_one_shot_iterator(dataset).get_next()
+        else:
+            x = tf1.placeholder(tf.float32, [16, 32], name="x")
+            y = tf1.placeholder(tf.int32, [16], name="y")
+            parts["feed"] = {x: inputs[:16], y: labels[:16]}
+        parts["batch"] = x
+        w1 = tf1.get_variable("w1", initializer=tf1.random_normal([32, 64], stddev=1.0, seed=1))
+        w2 = tf1.get_variable("w2", initializer=tf1.random_normal([64, 4], stddev=1.0, seed=2))
+        h = tf.nn.relu(tf.matmul(x, w1, name="hidden"))
+        logits = tf.matmul(h, w2, name="logits")
+        cross_entropy = tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        parts["loss"] = tf.reduce_mean(cross_entropy)
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.MomentumOptimizer(1e-9, 0.9), "dynamic")
+        parts["global_step"] = tf1.train.get_or_create_global_step()
+        parts["train"] = opt.minimize(parts["loss"], global_step=parts["global_step"])
+        parts["init"] = tf1.global_variables_initializer()
+        parts["scale"] = opt.loss_scale()
+    parts["graph"] = graph
+    return parts
+
+
+def train(parts, session, steps):
+    """Runs ``steps`` training steps; returns their losses."""
+    return [session.run([parts["train"], parts["loss"]], parts.get("feed"))[1] for _ in range(steps)]
+
+
+def culprit_messages(caplog):
+    return [r.getMessage() for r in caplog.records if "training steps are being skipped" in r.getMessage()]
+
+
+def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
+    parts = overflow_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            losses = train(parts, session, 12)
+            step_after_heal = session.run(parts["global_step"])
+            more = train(parts, session, 25)  # the restarted scale falls, then steps apply
+            final_step = session.run(parts["global_step"])
+    (message,) = culprit_messages(caplog)
+    assert "'logits' (MatMul, allow list)" in message and "forward value 'logits:0'" in message
+    assert "32768 -> 16384" in message and "-> 64 (10 skipped steps)" in message
+    assert "ALLOWLIST_REMOVE=MatMul" in message and "nodes_to_exclude=['^logits$'" in message
+    assert "heal 1 of at most 8" in message
+    (heal,) = session.heals
+    assert heal.culprit == "logits:0" and "logits" in heal.nodes and heal.max_abs > 65504
+    assert not np.isfinite(losses[0])                        # the half logits were inf
+    assert all(np.isfinite(more)) and final_step > step_after_heal      # applied again
+    assert more[-1] < more[0]
+    assert session.rewrite_reports[-1].decision("logits").dtype == "float32"
+
+
+def test_with_healing_off_the_warning_names_the_node_and_steps_stay_skipped(monkeypatch, caplog):
+    monkeypatch.setenv(step_watch.AUTO_FIX_ENV, "0")
+    parts = overflow_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 20)
+            assert session.run(parts["global_step"]) == 0
+    (message,) = culprit_messages(caplog)
+    assert "'logits' (MatMul, allow list)" in message and "TFAMP_REWRITE_AUTO_FIX=0" in message
+    assert session.heals == []
+
+
+def scale_net():
+    """loss = sum((x w)^2) / 2 with |gradients| ~ 2**11: finite at loss scales <= 2**4 only."""
+    graph = tf.Graph()
+    parts = {}
+    with graph.as_default():
+        x = tf.constant(np.full([8, 8], 8.0, np.float32))
+        w = tf1.get_variable("w", initializer=np.full([8, 1], 0.5, np.float32))
+        parts["loss"] = tf.reduce_sum(tf.square(tf.matmul(x, w, name="mm"))) / 2.0
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+        parts["global_step"] = tf1.train.get_or_create_global_step()
+        parts["train"] = opt.minimize(parts["loss"], global_step=parts["global_step"])
+        parts["init"] = tf1.global_variables_initializer()
+    parts["graph"] = graph
+    return parts
+
+
+def test_a_model_whose_right_scale_is_low_skips_its_first_steps_without_a_diagnosis(caplog):
+    parts = scale_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 16)
+            applied = session.run(parts["global_step"])
+    assert 0 < applied < 16 - 8                              # more than 2**8 of fall, then applied
+    assert culprit_messages(caplog) == [] and session.heals == []
+
+
+def _state(session, parts):
+    """Every global variable but the loss scale's, by name."""
+    with parts["graph"].as_default():
+        variables = [v for v in tf1.global_variables() if not v.name.startswith("loss_scale/")]
+    return dict(zip([v.name for v in variables], session.run(variables)))
+
+
+@pytest.mark.parametrize("pipeline", ["queue", "dataset"])
+def test_the_heal_changes_no_variable_slot_step_or_input_position(pipeline, monkeypatch):
+    """Two runs from the same start, one healing and one not: at the heal they hold the same
+    weights, momentum slots, global_step and next batch (all earlier steps were skipped)."""
+    runs = {}
+    for heals in (True, False):
+        monkeypatch.setenv(step_watch.AUTO_FIX_ENV, "1" if heals else "0")
+        parts = overflow_net(pipeline=pipeline)
+        session = tfamp_rewrite.Session(graph=parts["graph"])
+        session.run(parts["init"])
+        if "fill" in parts:
+            session.run(parts["fill"])
+        for step in range(30):
+            session.run(parts["train"])
+            if session.heals or (not heals and step == runs[True]["steps"] - 1):
+                break
+        runs[heals] = {"steps": step + 1, "state": _state(session, parts),
+                       "scale": session.run(parts["scale"]), "heals": len(session.heals),
+                       "next_batch": session.run(parts["batch"])}
+        session.close()
+    healed, plain = runs[True], runs[False]
+    assert healed["heals"] == 1 and plain["heals"] == 0 and healed["steps"] == plain["steps"]
+    assert healed["state"].keys() == plain["state"].keys()
+    assert any("Momentum" in name for name in healed["state"])   # the optimizer's slots
+    for name, value in healed["state"].items():
+        np.testing.assert_array_equal(value, plain["state"][name], err_msg=name)
+    np.testing.assert_array_equal(healed["next_batch"], plain["next_batch"])  # the same position
+    assert healed["scale"] == INITIAL_SCALE and plain["scale"] < INITIAL_SCALE
+
+
+def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "heals.json"
+    monkeypatch.setenv(step_watch.HEAL_FILE_ENV, str(path))
+    parts = overflow_net()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+    assert session.heals
+    written = json.loads(path.read_text())
+    assert "logits" in written["kept_float32"] and written["heals"][0]["culprit"] == "logits:0"
+    again = overflow_net()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=again["graph"]) as session:
+            session.run(again["init"])
+            losses = train(again, session, 3)
+    assert session.rewrite_reports[0].decision("logits").dtype == "float32"
+    assert np.isfinite(losses[0]) and session.heals == [] and culprit_messages(caplog) == []
+
+
+def test_heals_stop_at_the_limit_with_a_last_warning(monkeypatch, caplog):
+    monkeypatch.setattr(step_watch, "DEFAULT_MAX_HEALS", 0)
+    parts = overflow_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 14)
+    messages = [r.getMessage() for r in caplog.records]
+    assert session.heals == [] and any("(the limit)" in m for m in messages)
+
+
+def test_fp32_sessions_are_not_watched():
+    parts = overflow_net()
+    with TF_SESSION_CLASSES["Session"](graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        assert all(np.isfinite(train(parts, session, 2)))

@@ -1,0 +1,102 @@
+"""When a run of skipped steps is worth a diagnosis: ``SkipGuard``, per loss-scaled train op.
+
+A skipped step is a loss-scaled step whose gradients were not all finite.  An *episode* is a
+run of skipped steps since the last applied one.  Dynamic loss scaling halves the scale at
+each skip, so a scale that starts too high falls a few steps and recovers; a tensor that is
+inf or beyond the half range whatever the scale makes every step skip until the scale sits
+at its floor, and training freezes.  The guard::
+
+    observe(scale, applied):
+        applied:  the episode (if any) ends
+        skipped:  record scale in the episode's trajectory
+                  due = scale fell by 2**fall_log2 since the last applied step, or the
+                        scale sits at min_loss_scale
+    a due episode is diagnosed on the next step (``diagnosis_due``); a diagnosis that names
+    no culprit above the floor waits for the floor (gradients may overflow only because the
+    scale is still too high), and one at the floor that names none says so, once.
+
+After a heal (``restart(after_heal=True)``) the first skipped step is diagnosed at once: a
+forward tensor the heal made float32 often hands a large value on to the next half node,
+and that needs no fall of the scale to be named.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+DEFAULT_FALL_LOG2 = 8
+
+
+@dataclass
+class Episode:
+    """A run of skipped steps: the scale of the first (the last applied step's) and of each."""
+
+    start_scale: float
+    scales: List[float] = field(default_factory=list)
+    diagnosed_after_fall: bool = False  # a diagnosis ran once the scale had fallen far enough
+    diagnosed_at_floor: bool = False    # a diagnosis ran with the scale at its floor
+    named: bool = False                 # a culprit was named (the warning is given once)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.scales)
+
+    def trajectory(self) -> str:
+        """``"32768 -> 16384 -> ... -> 1 (12 skipped steps)"``: the scales the skipped steps used."""
+        values = self.scales
+        shown = values if len(values) <= 8 else values[:4] + [None] + values[-3:]
+        text = " -> ".join("..." if v is None else "%g" % v for v in shown)
+        return "%s (%d skipped step%s)" % (text, self.skipped, "" if self.skipped == 1 else "s")
+
+
+class SkipGuard:
+    """Tracks one train op's steps (see module docstring)."""
+
+    def __init__(self, min_loss_scale: float = 1.0, fall_log2: int = DEFAULT_FALL_LOG2):
+        self.min_loss_scale = float(min_loss_scale)
+        self.fall_log2 = int(fall_log2)
+        self.episode: Optional[Episode] = None
+        self._due = False
+        self._after_heal = False
+
+    def observe(self, scale: float, applied: bool) -> None:
+        """Records one step: the scale it used and whether its update was applied."""
+        if applied:
+            self.restart()
+            return
+        if self.episode is None:
+            self.episode = Episode(start_scale=float(scale))
+        episode = self.episode
+        episode.scales.append(float(scale))
+        if episode.named:
+            return
+        if self._after_heal:
+            self._after_heal, self._due = False, True
+            return
+        if scale <= self.min_loss_scale:
+            self._due = self._due or not episode.diagnosed_at_floor
+        elif episode.start_scale / float(scale) >= 2.0 ** self.fall_log2:
+            self._due = self._due or not episode.diagnosed_after_fall
+
+    @property
+    def diagnosis_due(self) -> bool:
+        """True when the next step should carry the probes."""
+        return self._due
+
+    @property
+    def at_floor(self) -> bool:
+        """True when the episode's last step used the floor scale."""
+        return self.episode is not None and self.episode.scales[-1] <= self.min_loss_scale
+
+    def diagnosed(self, named: bool) -> None:
+        """Records a diagnosis of the current episode (it ran on the step after the last)."""
+        self._due = False
+        if self.episode is not None:
+            self.episode.diagnosed_after_fall = True
+            self.episode.diagnosed_at_floor = self.episode.diagnosed_at_floor or self.at_floor
+            self.episode.named = self.episode.named or named
+
+    def restart(self, after_heal: bool = False) -> None:
+        """Forgets the episode (a step was applied, or a heal restarted the scale)."""
+        self.episode, self._due = None, False
+        self._after_heal = after_heal

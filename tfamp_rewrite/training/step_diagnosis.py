@@ -1,0 +1,178 @@
+"""Which half tensor makes steps skip: range probes that ride along a real training step.
+
+``StepDiagnosis`` is built from the user's float32 graph and its rewrite with half dtypes in
+it (the session's current one).  Its probes are the doctor's (``doctor.probes``): every
+tensor the rewrite holds in half, with the converted nodes that hold it (``half_nodes``)
+and its role (forward, or a gradient the loss scale multiplies); and every float32 output
+of an unconverted node that reads a half tensor (a *boundary*).  In the session's private
+graph each is measured as it is really held -- a half tensor cast to float32, an emulated
+one as the float32 value emulation rounds.  ``fetches(elements, fed)`` gives the probes
+the step computes anyway (never an extra run of input ops); ``culprit`` reads them::
+
+    for each probed tensor, in topological order:
+        an input (probed) is already inf/nan:          a victim; skip it
+        its producer is half and it holds inf/nan or values beyond the half range,
+          or it is float32, read in half, with finite values beyond the half range:
+            forward: the culprit (its half_nodes stay float32)
+            gradient: the culprit only when even unscaled it does not fit -- at the floor
+                      scale, or its largest finite value over the step's scale is beyond
+        it is float32 and turns inf/nan from finite inputs: a half tensor upstream lost a
+            value (flushed to zero, rounded to 1) that float32 needed -- the nearest
+            converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away)
+            stay float32, under the same forward / gradient rule
+    none: no culprit (gradients that overflow only at this scale are the scale's business)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..doctor.fixes import Fix, fix_for
+from ..doctor.limits import HalfLimits
+from ..doctor.probe_ops import NONFINITE_BIN, OVERFLOW_BIN, ProbeOps
+from ..doctor.probes import FORWARD, HalfNode, Probe, plan_boundary_probes, plan_probes
+from ..graph_rewrite.graph_view import parse_input, topological_names
+
+FRONTIER_DEPTH = 6  # float32 nodes between an inf/nan and the half tensor held to blame
+
+
+@dataclass
+class Culprit:
+    """The first tensor of a step that does not fit the half type, and who holds it in half."""
+
+    tensor: str                  # user graph name, "node:port"
+    node: str
+    op: str
+    role: str
+    max_abs: float               # the largest |x| the step held there (inf for inf/nan)
+    half_nodes: List[str]        # the converted nodes to keep float32
+    held_by: str                 # "'name' (Op, infer list)" -- who holds it in half, and how
+    fix: Fix                     # the list edit (and node names) that keep them float32
+
+
+class StepDiagnosis:
+    """Probes of one private graph generation (see module docstring)."""
+
+    def __init__(self, user_def, rewritten_def, report, private_graph,
+                 private_name: Callable[[str], str], limits: HalfLimits):
+        self.limits = limits
+        self._converted = {d.name for d in report.decisions if d.converted}
+        self._decisions = {d.name: d for d in report.decisions}
+        self._inputs = {node.name: ["%s:%d" % parse_input(text) for text in node.input
+                                    if not text.startswith("^")] for node in user_def.node}
+        probes = plan_probes(user_def, rewritten_def, report).probes
+        held = self._held = {p.tensor for p in probes}
+        self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
+        probes += [p for p in self._boundaries.values() if p.tensor not in held]
+        order = {name: i for i, name in enumerate(topological_names(user_def))}
+        probes.sort(key=lambda p: (order.get(p.node, len(order)), p.tensor))
+        self._by_private = {private_name(p.tensor): p for p in probes}
+        self.ops = ProbeOps(private_graph, limits)
+        self.ops.add([_renamed(p, private_name(p.tensor)) for p in probes])
+
+    def fetches(self, elements: Sequence, fed=()) -> Tuple[Tuple[int, ...], object]:
+        """``(ids, tensors)``: the probes a run of ``elements`` computes, and what to fetch."""
+        ids = self.ops.select(elements, fed)
+        return ids, (self.ops.fetches(ids) if ids else None)
+
+    def culprit(self, ids: Tuple[int, ...], counts, extrema, scale: float,
+                at_floor: bool) -> Optional[Culprit]:
+        """The first tensor of the probed step that does not fit (module docstring)."""
+        counts, extrema = np.asarray(counts), np.asarray(extrema)
+        nonfinite: Dict[str, bool] = {}
+        for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
+            probe = self._by_private[self.ops.probes[probe_id].tensor]
+            if any(self._tainted(t, nonfinite) for t in self._inputs.get(probe.node, ())):
+                nonfinite[probe.tensor] = True
+                continue  # a victim: what it reads is already inf/nan
+            # held in half, a value beyond the half range is inf for whoever reads it
+            nonfinite[probe.tensor] = int(counts[row][NONFINITE_BIN]) > 0 or (
+                probe.node in self._converted and int(counts[row][OVERFLOW_BIN]) > 0)
+            largest = float(extrema[row][0])
+            found = self._judge(probe, counts[row], largest, scale, at_floor)
+            if found is not None:
+                return found
+        return None
+
+    def _tainted(self, tensor: str, nonfinite: Dict[str, bool]) -> bool:
+        """Whether ``tensor`` holds inf/nan this step, as far as the probes so far tell:
+        its own probe, else (copies and unprobed nodes) any input's."""
+        stack, seen = [tensor], set()
+        while stack:
+            name = stack.pop()
+            if name in nonfinite:
+                if nonfinite[name]:
+                    return True
+                continue
+            node = name.split(":")[0]
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.extend(self._inputs.get(node, ()))
+        return False
+
+    def _judge(self, probe: Probe, row, largest: float, scale: float, at_floor: bool) -> Optional[Culprit]:
+        nonfinite, beyond = int(row[NONFINITE_BIN]), int(row[OVERFLOW_BIN])
+        boundary = None
+        if probe.node in self._converted:
+            out_of_range = nonfinite > 0 or beyond > 0
+        elif nonfinite > 0:  # float32 turned inf/nan from finite inputs: a half tensor upstream
+            frontier = self._half_frontier(probe.node)
+            if not frontier:
+                return None  # float32 all the way: no half tensor's doing
+            out_of_range, boundary = True, probe
+            probe = Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=None,
+                          role=probe.role, half_nodes=frontier)
+        elif probe.tensor in self._held:  # float32 read in half, beyond the half range
+            out_of_range = beyond > 0
+        else:  # a float32 boundary that stayed finite: fine in float32, whatever its size
+            return None
+        if not out_of_range:
+            return None
+        unscaled_beyond = bool(np.isfinite(largest)) and largest / scale > self.limits.max_finite
+        if probe.role != FORWARD and not at_floor and not unscaled_beyond:
+            return None  # a gradient that may fit once the scale is lower
+        if boundary is not None:
+            held_by = "%s, upstream of float32 %r (%s), which turns inf/nan" % (
+                _names(probe.half_nodes), boundary.node, boundary.op)
+        elif probe.node in self._converted:
+            held_by = _names([n for n in probe.half_nodes if n.name == probe.node] or probe.half_nodes)
+        else:
+            held_by = "%r (%s, float32) as read in half by %s" % (
+                probe.node, probe.op, _names(probe.half_nodes))
+        return self._culprit(probe, largest, held_by)
+
+    def _half_frontier(self, node: str) -> List[HalfNode]:
+        """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""
+        level, seen = [node], {node}
+        for _ in range(FRONTIER_DEPTH):
+            found, upstream = [], []
+            for name in level:
+                for tensor in self._inputs.get(name, ()):
+                    source = tensor.split(":")[0]
+                    if source in seen:
+                        continue
+                    seen.add(source)
+                    (found if source in self._converted else upstream).append(source)
+            if found:
+                return [HalfNode(n, self._decisions[n].op, self._decisions[n].category) for n in found]
+            level = upstream
+        return []
+
+    @staticmethod
+    def _culprit(probe: Probe, largest: float, held_by: str) -> Culprit:
+        return Culprit(tensor=probe.tensor, node=probe.node, op=probe.op, role=probe.role,
+                       max_abs=largest if np.isfinite(largest) else float("inf"),
+                       half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
+                       fix=fix_for(probe.half_nodes))
+
+
+def _names(half_nodes) -> str:
+    return ", ".join("%r (%s, %s list)" % (n.name, n.op, n.category) for n in half_nodes)
+
+
+def _renamed(probe: Probe, tensor: str) -> Probe:
+    return Probe(tensor=tensor, node=probe.node, op=probe.op, category=probe.category,
+                 role=probe.role, half_nodes=probe.half_nodes)

@@ -1,0 +1,37 @@
+"""What each loss-scaled training step tells: the scale it used and whether it was applied.
+
+``LossScaleOptimizer.apply_gradients`` registers one ``StepSignal`` per train op it builds,
+keyed by the graph (weakly: the registry never keeps a graph alive).  Sessions fetch the two
+tensors alongside every run that computes them anyway -- the step's own finite flag and its
+loss scale as read before the step's update -- so watching the steps costs two scalars per
+step and no extra computation (``skip_guard``).
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import List
+
+_registry: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class StepSignal:
+    """One train op's finite flag and the loss scale its step used (tensors of the user graph)."""
+
+    all_finite: object      # bool scalar tensor
+    scale: object           # float32 scalar tensor, read before the step updates the scale
+    loss_scale: object      # the LossScale (its initial value, minimum, multiplier)
+
+
+def register(graph, signal: StepSignal) -> None:
+    with _lock:
+        _registry.setdefault(graph, []).append(signal)
+
+
+def step_signals(graph) -> List[StepSignal]:
+    """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built."""
+    with _lock:
+        return list(_registry.get(graph, ()))

@@ -1,0 +1,250 @@
+"""A rewriting session's watch over its loss-scaled steps: notice, name, heal.
+
+Every run that computes a loss-scaled step also fetches that step's finite flag and scale
+(``step_signals``; two scalars).  Per train op a ``SkipGuard`` decides when a run of skipped
+steps deserves a diagnosis; the next such step then also fetches the range probes it
+computes anyway (``StepDiagnosis``) -- no extra run, no input consumed.  A culprit found::
+
+    warn once per episode: the node, its op and list, the largest |x|, the scale's
+        trajectory, the list edit (and node names) that keep it float32
+    healing on (default; TFAMP_REWRITE_AUTO_FIX=0 or auto_fix=False: warn only):
+        the session keeps the culprit's half nodes float32 (ShadowGraph.heal: the same
+        variables, slots, global_step, queues and iterators), restarts the loss scale
+        from its initial value and says so; at most ``max_heals`` times, then a last
+        warning and no more changes
+    TFAMP_REWRITE_HEAL_FILE=path: the nodes kept float32 are written there (JSON), and a
+        session started with it set keeps them float32 from its first run
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
+
+from ..doctor.limits import limits_for
+from .skip_guard import SkipGuard
+from .step_diagnosis import Culprit, StepDiagnosis
+from .step_signals import step_signals
+
+AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
+HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
+DEFAULT_MAX_HEALS = 8
+_logger = logging.getLogger("tfamp_rewrite")
+
+
+@dataclass
+class Heal:
+    """One heal: what was kept float32, why, and the scale's trajectory before it."""
+
+    nodes: List[str]
+    culprit: str
+    op: str
+    held_by: str
+    role: str
+    max_abs: float
+    trajectory: str
+    env: str
+
+
+def auto_fix_setting(auto_fix: Optional[bool] = None, environ=None) -> bool:
+    """``auto_fix``, else ``$TFAMP_REWRITE_AUTO_FIX`` (0/1), else on."""
+    if auto_fix is not None:
+        return bool(auto_fix)
+    environ = os.environ if environ is None else environ
+    value = environ.get(AUTO_FIX_ENV, "").strip().lower()
+    if value in ("", "1", "true"):
+        return True
+    if value in ("0", "false"):
+        return False
+    raise ValueError("%s=%r is not a boolean; use 1/true or 0/false" % (AUTO_FIX_ENV, environ[AUTO_FIX_ENV]))
+
+
+def read_heal_file(environ=None) -> List[str]:
+    """The nodes a previous run kept float32 (``$TFAMP_REWRITE_HEAL_FILE``), or none."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(HEAL_FILE_ENV, "").strip()
+    if not path or not os.path.exists(path):
+        return []
+    try:
+        with open(path) as handle:
+            return [str(name) for name in json.load(handle)["kept_float32"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError("%s=%s cannot be read as a heal file (%s); delete it or point the "
+                         "variable elsewhere" % (HEAL_FILE_ENV, path, error)) from None
+
+
+class StepWatch:
+    """See the module docstring; one per rewriting session."""
+
+    def __init__(self, shadow, auto_fix: bool, max_heals: Optional[int] = None,
+                 heal_file: Optional[str] = None):
+        self.shadow = shadow
+        self.auto_fix = auto_fix
+        self.max_heals = DEFAULT_MAX_HEALS if max_heals is None else max_heals
+        self.heal_file = heal_file
+        self.heals: List[Heal] = []
+        self._guards: Dict[int, SkipGuard] = {}
+        self._diagnosis: Optional[StepDiagnosis] = None
+        self._generation = None
+        self._computed: Dict[tuple, List[int]] = {}
+        self._lock = threading.Lock()
+        self._said_final = False
+
+    # -- before a run ----------------------------------------------------------------------
+    def extra_fetches(self, elements, fed):
+        """``(fetches, probe ids)``: what a run of ``elements`` (private graph) fetches besides
+        -- the steps it computes (flag and scale each), and on a diagnosed step the probes it
+        computes anyway -- or None when it computes no loss-scaled step."""
+        with self._lock:
+            self._follow_generation()
+            signals = step_signals(self.shadow.user_graph)
+            steps = self._steps_computed(signals, elements, fed)
+            if not steps:
+                return None
+            extra = {"steps": {i: (self.shadow.private_fetch(signals[i].all_finite),
+                                   self.shadow.private_fetch(signals[i].scale)) for i in steps}}
+            ids = ()
+            if any(self._guard(signals[i]).diagnosis_due for i in steps):
+                ids, tensors = self._diagnosis_now().fetches(elements, fed)
+                if ids:
+                    extra["probes"] = tensors
+            return extra, ids
+
+    def _follow_generation(self) -> None:
+        generation = (self.shadow.private_name(""), len(self.shadow.reports))
+        if generation != self._generation:
+            self._generation, self._diagnosis = generation, None
+            self._computed.clear()
+
+    def _steps_computed(self, signals, elements, fed) -> List[int]:
+        key = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
+        cached = self._computed.get(key)
+        if cached is None:
+            ancestors = _ancestors(elements, {t.name for t in fed})
+            graph = self.shadow.user_graph
+            cached = [i for i, s in enumerate(signals) if _is_dynamic(s.loss_scale)
+                      and graph.is_fetchable(s.all_finite) and graph.is_fetchable(s.scale)
+                      and self.shadow.private_fetch(s.all_finite).op in ancestors]
+            self._computed[key] = cached
+        return cached
+
+    def _guard(self, signal) -> SkipGuard:
+        guard = self._guards.get(id(signal))
+        if guard is None:
+            guard = self._guards[id(signal)] = SkipGuard(signal.loss_scale.min_loss_scale)
+        return guard
+
+    def _diagnosis_now(self) -> StepDiagnosis:
+        if self._diagnosis is None:
+            user_def, result = self.shadow.half_rewrite()
+            self._diagnosis = StepDiagnosis(user_def, result.graph_def, result.report, self.shadow.graph,
+                                            self.shadow.private_name, limits_for(self.shadow.dtype))
+        return self._diagnosis
+
+    # -- after it ----------------------------------------------------------------------------
+    def after_run(self, extra_values: dict, ids, reset_loss_scales) -> None:
+        """Records the run's steps; names and heals a culprit its probes (``ids``) found.
+
+        ``reset_loss_scales(signals)`` runs the loss scales' initializers after a heal.
+        """
+        with self._lock:
+            signals = step_signals(self.shadow.user_graph)
+            for i, (all_finite, scale) in extra_values["steps"].items():
+                self._guard(signals[i]).observe(float(scale), bool(all_finite))
+            if "probes" not in extra_values:
+                return
+            counts, extrema = extra_values["probes"]
+            for i, (_, scale) in extra_values["steps"].items():
+                guard = self._guard(signals[i])
+                if not guard.diagnosis_due:
+                    continue
+                culprit = self._diagnosis_now().culprit(ids, counts, extrema, float(scale), guard.at_floor)
+                guard.diagnosed(named=culprit is not None)
+                if culprit is not None:
+                    self._named(culprit, guard, signals, reset_loss_scales)
+                    return
+                if guard.at_floor:
+                    self._nothing_found(guard)
+
+    def _named(self, culprit: Culprit, guard: SkipGuard, signals, reset_loss_scales) -> None:
+        trajectory = guard.episode.trajectory()
+        heal = Heal(nodes=list(culprit.half_nodes), culprit=culprit.tensor, op=culprit.op,
+                    held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
+                    trajectory=trajectory, env=culprit.fix.env)
+        can_heal = self.auto_fix and len(self.heals) < self.max_heals
+        _logger.warning(_culprit_message(culprit, trajectory, self.shadow.dtype, can_heal,
+                                         len(self.heals) + 1, self.max_heals, self.auto_fix))
+        if not can_heal:
+            if self.auto_fix and not self._said_final:
+                self._said_final = True
+                _logger.warning("tfamp_rewrite: %d heals already in this session (the limit); it "
+                                "changes nothing more -- apply the edits above and restart"
+                                % self.max_heals)
+            return
+        report = self.shadow.heal(culprit.half_nodes)
+        self.heals.append(heal)
+        reset_loss_scales(signals)
+        for each in self._guards.values():
+            each.restart(after_heal=True)
+        self._write_heal_file()
+        _logger.warning("tfamp_rewrite: healed: %s now float32 (%d node(s) converted now); the loss "
+                        "scale restarts from its initial value" % (
+                            ", ".join(repr(n) for n in culprit.half_nodes), report.nodes_converted))
+
+    def _nothing_found(self, guard: SkipGuard) -> None:
+        _logger.warning(
+            "tfamp_rewrite: every step is skipped (loss scale %s) and no half tensor the step "
+            "computes holds inf/nan or values beyond %s: the culprit may sit inside a while loop "
+            "or cond, which cannot be probed, or be float32 already; run tfamp-rewrite doctor "
+            "on the program" % (guard.episode.trajectory(), self.shadow.dtype))
+
+    def _write_heal_file(self) -> None:
+        """Writes the kept nodes and the heals to ``heal_file``: a new file renamed into place."""
+        if not self.heal_file:
+            return
+        data = {"kept_float32": sorted(self.shadow.kept_float32), "heals": [asdict(h) for h in self.heals]}
+        directory = os.path.dirname(os.path.abspath(self.heal_file))
+        handle, temporary = tempfile.mkstemp(prefix=".tfamp-heals-", dir=directory)
+        try:
+            with os.fdopen(handle, "w") as output:
+                output.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            os.replace(temporary, self.heal_file)
+        except OSError as error:
+            os.unlink(temporary)
+            _logger.warning("tfamp_rewrite: cannot write %s=%s (%s); the heals stay in this session"
+                            % (HEAL_FILE_ENV, self.heal_file, error.strerror))
+
+
+def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, healing: bool, number: int,
+                     limit: int, auto_fix: bool) -> str:
+    largest = "inf/nan" if culprit.max_abs == float("inf") else "%.4g" % culprit.max_abs
+    role = "forward value" if culprit.role == "forward" else culprit.role.replace("_", " ")
+    then = ("healing: this session keeps it float32 from now on (heal %d of at most %d)" % (number, limit)
+            if healing else "healing is off (%s=0): the steps keep being skipped" % AUTO_FIX_ENV
+            if not auto_fix else "no more heals in this session")
+    return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s "
+            "(%s %r, largest |x| %s), which does not fit %s whatever the loss scale. Keep it "
+            "float32 with %s (or nodes_to_exclude=%s); %s." % (
+                trajectory, culprit.held_by, role, culprit.tensor, largest, dtype, culprit.fix.env,
+                culprit.fix.nodes_to_exclude, then))
+
+
+def _is_dynamic(loss_scale) -> bool:
+    return hasattr(loss_scale, "min_loss_scale")
+
+
+def _ancestors(elements, fed_names) -> set:
+    stack = [getattr(e, "op", e) for e in elements]
+    seen = set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs if t.name not in fed_names)
+        stack.extend(op.control_inputs)
+    return seen
