@@ -170,3 +170,57 @@ def test_an_upward_import_is_caught(tmp_path, case, module, line, expected):
     target.write_text(source)
     found = violations(str(tmp_path))
     assert len(found) == 1 and expected in found[0], found
+
+
+def import_cycles(root: str) -> List[List[str]]:
+    """Groups of modules that import each other, directly or round a circle (lazy imports and
+    ``TYPE_CHECKING`` ones count: a reader follows them all the same)."""
+    modules = dict(package_modules(root))
+    edges: Dict[str, set] = {module: set() for module in modules}
+    for module, path in modules.items():
+        for _, target, names in imported_modules(module, path):
+            for name in names or [""]:
+                dotted = target + "." + name if name else target
+                edges[module].add(dotted if dotted in modules else target)
+    order: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in edges[module]:
+            if other not in modules:
+                continue
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                other = stack.pop()
+                group.append(other)
+                if other == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(modules):
+        if module not in order:
+            visit(module)
+    return cycles
+
+
+def test_no_module_imports_round_a_circle():
+    assert import_cycles(REPO) == []
+
+
+def test_a_circle_is_caught(tmp_path):
+    shutil.copytree(os.path.join(REPO, PACKAGE), str(tmp_path / PACKAGE))
+    report = tmp_path / PACKAGE / "graph_rewrite" / "report.py"
+    report.write_text(report.read_text() + "\n\ndef _lazy():\n    from .rewrite import rewrite_graph_def\n")
+    (cycle,) = import_cycles(str(tmp_path))
+    assert {"tfamp_rewrite.graph_rewrite.report", "tfamp_rewrite.graph_rewrite.rewrite"} <= set(cycle)

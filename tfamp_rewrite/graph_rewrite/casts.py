@@ -17,7 +17,18 @@ from typing import Dict, List, Set, Tuple
 from ..dtypes import DT_BFLOAT16, DT_FLOAT, DT_HALF, dtype_name
 from .graph_view import UNKNOWN_ATTR, GraphView
 from .painter import Paint
-from .report import CastInfo
+
+
+@dataclass
+class CastInfo:
+    """One Cast the rewrite added: its name, the tensor it casts, to what, and who reads it."""
+
+    name: str
+    source: str
+    port: int
+    to_dtype: str
+    consumers: List[str] = field(default_factory=list)
+
 
 CAST_SUFFIX = "AutoMixedPrecision"
 _VARIABLE_OPS = frozenset({"Variable", "VariableV2", "VarHandleOp", "ReadVariableOp"})

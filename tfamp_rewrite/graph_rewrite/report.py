@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from .casts import CastInfo
+
 if TYPE_CHECKING:
     from .emulation import EmulationReport
     from .tensor_cores import TensorCoreReport
@@ -28,15 +30,6 @@ class NodeDecision:
     converted: bool = False
     related: Optional[str] = None    # the node the reason refers to, if any
     rule: str = ""                   # machine-readable form of the reason
-
-
-@dataclass
-class CastInfo:
-    name: str
-    source: str
-    port: int
-    to_dtype: str
-    consumers: List[str] = field(default_factory=list)
 
 
 @dataclass

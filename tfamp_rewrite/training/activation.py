@@ -53,7 +53,6 @@ _original_methods: Dict[str, object] = {}  # TensorFlow's Optimizer methods, cap
 _graph_rewrite = False
 _loss_scaling = False
 _doctor = None  # the precision doctor's run, while sessions probe instead of rewriting
-_auto_fix = None  # enable_mixed_precision_graph_rewrite(auto_fix=...): None = the environment's
 
 
 def _tensorflow_v1():
@@ -94,15 +93,19 @@ def _constructing(original):
     looked up at construction, when every import has long finished.
     """
     def __new__(cls, *args, **kwargs):
+        doctor = None
         if cls is original and _doctor is not None:
             from . import doctor_session
 
-            cls = getattr(doctor_session, original.__name__)
+            cls, doctor = getattr(doctor_session, original.__name__), _doctor
         elif cls is original and _graph_rewrite:
             from . import session
 
             cls = getattr(session, original.__name__)
-        return object.__new__(cls)
+        instance = object.__new__(cls)
+        if doctor is not None:
+            instance.doctor_run = doctor  # what the probing session reports to
+        return instance
 
     setattr(__new__, _NEW_MARKER, True)
     return staticmethod(__new__)
@@ -110,17 +113,6 @@ def _constructing(original):
 
 def _is_ours(new) -> bool:
     return getattr(getattr(new, "__func__", None), _NEW_MARKER, False)
-
-
-def set_auto_fix_default(auto_fix) -> None:
-    """Whether sessions created from now on heal skipped steps (None: ``TFAMP_REWRITE_AUTO_FIX``)."""
-    global _auto_fix
-    _auto_fix = None if auto_fix is None else bool(auto_fix)
-
-
-def auto_fix_default():
-    """The healing setting ``enable_mixed_precision_graph_rewrite`` gave, or None."""
-    return _auto_fix
 
 
 # -- the precision doctor ------------------------------------------------------------------
@@ -236,6 +228,5 @@ def activate_from_environment(environ: Mapping[str, str] = None) -> None:
 def deactivate() -> None:
     """Turns both switches (and the doctor) off, restoring TensorFlow exactly."""
     set_doctor(None)
-    set_auto_fix_default(None)
     disable_graph_rewrite()
     disable_loss_scaling()

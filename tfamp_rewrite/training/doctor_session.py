@@ -1,7 +1,8 @@
 """Sessions that probe: the float32 graph runs, and what the rewrite would hold in half is measured.
 
 Constructed instead of ``tf.compat.v1.Session`` / ``InteractiveSession`` while the
-precision doctor runs (``activation.set_doctor``).  Like ``session.Session`` they run a
+precision doctor runs (``activation.set_doctor``, which hands them the run as their
+``doctor_run``).  Like ``session.Session`` they run a
 private copy of the user's graph, kept in step as it grows and mapped by name -- but the
 copy is the user's float32 graph itself (``ProbedGraph``): the rewrite only decides which
 tensors would be half (``doctor.probes``), and ``doctor.probe_ops`` measures them.  Each
@@ -24,7 +25,6 @@ import tensorflow as tf
 from ..doctor.limits import limits_for
 from ..doctor.probe_ops import ProbeOps
 from ..doctor.probes import GRADIENT_ROLES, plan_probes
-from . import activation
 from .loss_scale_optimizer import LOSS_SCALE_COLLECTION
 from .session import TF_SESSION_CLASSES, _RewritingSession
 from .shadow_graph import ShadowGraph, fetch_elements
@@ -52,10 +52,10 @@ class _DoctorSession(_RewritingSession):
 
     def _make_shadow(self, dtype, numerics, compat):
         del dtype, numerics, compat  # the doctor run's settings decide
-        doctor = activation.doctor_run()
+        doctor = getattr(self, "doctor_run", None)  # set when activation constructs it
         if doctor is None:
-            raise RuntimeError("a probing session was constructed while no doctor run is set "
-                               "(tfamp_rewrite.training.activation.set_doctor)")
+            raise RuntimeError("a probing session is made by tf.compat.v1.Session() while a doctor run "
+                               "is set (tfamp_rewrite.training.activation.set_doctor), not directly")
         return ProbedGraph(self._user_graph, doctor)
 
     def _make_watch(self, auto_fix):

@@ -20,7 +20,7 @@ import logging
 
 import tensorflow as tf
 
-from . import activation, keras_compat
+from . import activation, keras_compat, step_watch
 from .loss_scale_optimizer import LossScaleOptimizer
 
 _logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic", auto_fix=Non
         )
     wrapped = LossScaleOptimizer(opt, loss_scale)
     _warn_once_if_sessions_exist()
-    activation.set_auto_fix_default(auto_fix)
+    step_watch.set_auto_fix_default(auto_fix)
     activation.enable_graph_rewrite()
     return wrapped
 
