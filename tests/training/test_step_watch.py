@@ -76,8 +76,9 @@ def overflow_net(input_scale=2000.0, pipeline=None, seed=0):
     """x [16, 32] (input_scale * N(0, 1)) -> relu(x w1) -> logits = h w2 -> softmax xent.
 
     Weights ~ N(0, 1): with input_scale 2000 the hidden values are ~1e4 and the logits ~1e5,
-    beyond float16's 65504.  ``pipeline``: None (placeholders), ``"queue"`` or ``"dataset"``
-    (64 batches of fixed data; each step takes the next).
+    beyond float16's 65504.  ``pipeline``: None (placeholders), ``"queue"`` (queue runners:
+    ``slice_input_producer`` and ``batch``, one thread each, in order) or ``"dataset"`` (a
+    ``tf.data`` iterator); 64 batches of fixed data, each step takes the next.
     """
     rng = np.random.RandomState(seed)
     inputs = (rng.standard_normal([64 * 16, 32]) * input_scale).astype(np.float32)
@@ -87,9 +88,8 @@ def overflow_net(input_scale=2000.0, pipeline=None, seed=0):
     with graph.as_default():
         tf1.set_random_seed(seed)
         if pipeline == "queue":
-            queue = tf1.FIFOQueue(64 * 16, [tf.float32, tf.int32], shapes=[[32], []])
-            parts["fill"] = queue.enqueue_many([inputs, labels])
-            x, y = queue.dequeue_many(16)
+            example = tf1.train.slice_input_producer([inputs, labels], shuffle=False)
+            x, y = tf1.train.batch(example, 16, num_threads=1, capacity=64)
         elif pipeline == "dataset":
             dataset = tf1.data.Dataset.from_tensor_slices((inputs, labels)).batch(16)
             x, y = tf1.data.make_one_shot_iterator(dataset).get_next()
@@ -108,6 +108,7 @@ def overflow_net(input_scale=2000.0, pipeline=None, seed=0):
         parts["global_step"] = tf1.train.get_or_create_global_step()
         parts["train"] = opt.minimize(parts["loss"], global_step=parts["global_step"])
         parts["init"] = tf1.global_variables_initializer()
+        parts["local_init"] = tf1.local_variables_initializer()  # slice_input_producer's epochs
         parts["scale"] = opt.loss_scale()
     parts["graph"] = graph
     return parts
@@ -200,9 +201,10 @@ def test_the_heal_changes_no_variable_slot_step_or_input_position(pipeline, monk
         monkeypatch.setenv(step_watch.AUTO_FIX_ENV, "1" if heals else "0")
         parts = overflow_net(pipeline=pipeline)
         session = tfamp_rewrite.Session(graph=parts["graph"])
-        session.run(parts["init"])
-        if "fill" in parts:
-            session.run(parts["fill"])
+        session.run([parts["init"], parts["local_init"]])
+        coordinator = tf1.train.Coordinator()
+        with parts["graph"].as_default():
+            runners = tf1.train.start_queue_runners(session, coord=coordinator)
         for step in range(30):
             session.run(parts["train"])
             if session.heals or (not heals and step == runs[True]["steps"] - 1):
@@ -210,6 +212,8 @@ def test_the_heal_changes_no_variable_slot_step_or_input_position(pipeline, monk
         runs[heals] = {"steps": step + 1, "state": _state(session, parts),
                        "scale": session.run(parts["scale"]), "heals": len(session.heals),
                        "next_batch": session.run(parts["batch"])}
+        coordinator.request_stop()
+        coordinator.join(runners, stop_grace_period_secs=10)
         session.close()
     healed, plain = runs[True], runs[False]
     assert healed["heals"] == 1 and plain["heals"] == 0 and healed["steps"] == plain["steps"]
@@ -257,3 +261,24 @@ def test_fp32_sessions_are_not_watched():
     with TF_SESSION_CLASSES["Session"](graph=parts["graph"]) as session:
         session.run(parts["init"])
         assert all(np.isfinite(train(parts, session, 2)))
+
+
+def test_the_monitor_writes_tensorboard_scalars_every_nth_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_MONITOR", "4")
+    monkeypatch.setenv("TFAMP_REWRITE_MONITOR_DIR", str(tmp_path))
+    parts = overflow_net()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 20)
+    scalars = {}
+    for path in tmp_path.glob("events.out.tfevents.*"):
+        for event in tf1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    assert [step for step, _ in scalars["tfamp/skipped_steps"]] == [0, 0, 0, 0, 0]  # global_step
+    # all 20 skipped: 10 before the heal, then the restarted scale falls again
+    assert [v for _, v in scalars["tfamp/skipped_steps"]] == [4, 8, 12, 16, 20]
+    assert [v for _, v in scalars["tfamp/heals"]] == [0, 0, 1, 1, 1]
+    assert scalars["tfamp/loss_scale"][0][1] == 2.0 ** 12                           # the 4th step's
+    assert scalars["tfamp/overflow_share/logits"][0][1] > 0                         # inf in half
+    assert any(tag.startswith("tfamp/flush_share/") for tag in scalars)

@@ -117,7 +117,9 @@ def test_queue_runners_and_threads_calling_run_at_once():
         batch = queue.dequeue_many(8)
         w = tf1.get_variable("w", [4, 1], initializer=tf1.constant_initializer(0.1))
         loss = tf.reduce_mean(tf.square(tf.matmul(batch, w) - 1.0))
-        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.05), "dynamic")
+        # a scale no gradient overflows at, so that every one of the 60 steps is applied
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.05),
+                                               tfamp_rewrite.DynamicLossScale(2.0 ** 8))
         train = opt.minimize(loss, global_step=tf1.train.get_or_create_global_step())
         probe = overflow_probe(tf.fill([1, 4], BIG))
         init = tf1.global_variables_initializer()

@@ -42,7 +42,7 @@ class ProbeOps:
         self.limits = limits
         self.probes: List[Probe] = []
         self._tensors: List[tf.Tensor] = []
-        self._stats: List[Tuple[tf.Tensor, tf.Tensor]] = []
+        self._stats: Dict[int, Tuple[tf.Tensor, tf.Tensor]] = {}  # built on first fetch
         self._ids: Dict[str, int] = {}
         self._selections: Dict[tuple, Tuple[int, ...]] = {}
         self._bundles: Dict[Tuple[int, ...], Tuple[tf.Tensor, tf.Tensor]] = {}
@@ -60,8 +60,6 @@ class ProbeOps:
                 self._ids[probe.tensor] = len(self.probes)
                 self.probes.append(probe)
                 self._tensors.append(tensor)
-                values = tensor if tensor.dtype == tf.float32 else tf1.cast(tensor, tf.float32)
-                self._stats.append(_tensor_stats(values, self.limits.max_finite))
                 added += 1
         self._selections.clear()
         return added
@@ -98,10 +96,20 @@ class ProbeOps:
         bundle = self._bundles.get(ids)
         if bundle is None:
             with self.graph.as_default(), tf1.name_scope(SCOPE):
-                bundle = (tf1.stack([self._stats[i][0] for i in ids], name="counts"),
-                          tf1.stack([self._stats[i][1] for i in ids], name="extrema"))
+                stats = [self._stats_of(i) for i in ids]
+                bundle = (tf1.stack([counts for counts, _ in stats], name="counts"),
+                          tf1.stack([extrema for _, extrema in stats], name="extrema"))
             self._bundles[ids] = bundle
         return bundle
+
+    def _stats_of(self, probe_id: int) -> Tuple[tf.Tensor, tf.Tensor]:
+        """The reductions of one probe, built the first time a bundle needs them."""
+        stats = self._stats.get(probe_id)
+        if stats is None:
+            tensor = self._tensors[probe_id]
+            values = tensor if tensor.dtype == tf.float32 else tf1.cast(tensor, tf.float32)
+            stats = self._stats[probe_id] = _tensor_stats(values, self.limits.max_finite)
+        return stats
 
 
 def _tensor_stats(tensor: tf.Tensor, largest: float) -> Tuple[tf.Tensor, tf.Tensor]:

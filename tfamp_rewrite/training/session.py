@@ -27,10 +27,11 @@ import threading
 import tensorflow as tf
 from tensorflow.python.util import nest
 
+from ..doctor.limits import limits_for
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
-from .activation import auto_fix_default as activation_auto_fix
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
+from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
 from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
 
@@ -48,8 +49,7 @@ class _RewritingSession:
         self._inner = threading.local()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
                                          session_compat(compat))
-        self._watch = self._make_watch(auto_fix_setting(auto_fix if auto_fix is not None
-                                                        else activation_auto_fix()))
+        self._watch = self._make_watch(auto_fix_setting(auto_fix))
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
@@ -66,7 +66,16 @@ class _RewritingSession:
         if self._shadow is None:
             return None
         self._shadow.kept_float32.update(read_heal_file())
-        return StepWatch(self._shadow, auto_fix, heal_file=os.environ.get(HEAL_FILE_ENV) or None)
+        every = monitor_every()
+        monitor = (PrecisionMonitor(every, os.environ.get(MONITOR_DIR_ENV) or DEFAULT_DIR,
+                                    limits_for(self._shadow.dtype)) if every else None)
+        return StepWatch(self._shadow, auto_fix, heal_file=os.environ.get(HEAL_FILE_ENV) or None,
+                         monitor=monitor)
+
+    def close(self):
+        if self._watch is not None and self._watch.monitor is not None:
+            self._watch.monitor.close()
+        super().close()
 
     @property
     def heals(self):

@@ -72,9 +72,17 @@ class StepDiagnosis:
         self.ops = ProbeOps(private_graph, limits)
         self.ops.add([_renamed(p, private_name(p.tensor)) for p in probes])
 
-    def fetches(self, elements: Sequence, fed=()) -> Tuple[Tuple[int, ...], object]:
-        """``(ids, tensors)``: the probes a run of ``elements`` computes, and what to fetch."""
+    def fetches(self, elements: Sequence, fed=(),
+                monitor_only: bool = False) -> Tuple[Tuple[int, ...], object]:
+        """``(ids, tensors)``: the probes a run of ``elements`` computes, and what to fetch.
+
+        ``monitor_only``: the precision monitor's sample, not a diagnosis -- only the outputs
+        of allow and infer nodes, the layers' own values (clear ops move or select theirs).
+        """
         ids = self.ops.select(elements, fed)
+        if monitor_only:
+            ids = tuple(i for i in ids if self.ops.probes[i].category in ("allow", "infer")
+                        and self.ops.probes[i].node in self._converted)
         return ids, (self.ops.fetches(ids) if ids else None)
 
     def culprit(self, ids: Tuple[int, ...], counts, extrema, scale: float,

@@ -14,6 +14,9 @@ computes anyway (``StepDiagnosis``) -- no extra run, no input consumed.  A culpr
         warning and no more changes
     TFAMP_REWRITE_HEAL_FILE=path: the nodes kept float32 are written there (JSON), and a
         session started with it set keeps them float32 from its first run
+
+With ``TFAMP_REWRITE_MONITOR=N`` every N-th loss-scaled step also carries the probes, for the
+precision monitor's TensorBoard scalars (precision_monitor.py).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 from ..doctor.limits import limits_for
+from .precision_monitor import PrecisionMonitor
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, StepDiagnosis
 from .step_signals import step_signals
@@ -50,10 +54,21 @@ class Heal:
     env: str
 
 
+_auto_fix_default: Optional[bool] = None  # enable_mixed_precision_graph_rewrite(auto_fix=...)
+
+
+def set_auto_fix_default(auto_fix: Optional[bool]) -> None:
+    """Whether sessions created from now on heal (None: ``$TFAMP_REWRITE_AUTO_FIX`` decides)."""
+    global _auto_fix_default
+    _auto_fix_default = None if auto_fix is None else bool(auto_fix)
+
+
 def auto_fix_setting(auto_fix: Optional[bool] = None, environ=None) -> bool:
-    """``auto_fix``, else ``$TFAMP_REWRITE_AUTO_FIX`` (0/1), else on."""
+    """``auto_fix``, else ``set_auto_fix_default``'s, else ``$TFAMP_REWRITE_AUTO_FIX`` (0/1), else on."""
     if auto_fix is not None:
         return bool(auto_fix)
+    if _auto_fix_default is not None:
+        return _auto_fix_default
     environ = os.environ if environ is None else environ
     value = environ.get(AUTO_FIX_ENV, "").strip().lower()
     if value in ("", "1", "true"):
@@ -81,8 +96,9 @@ class StepWatch:
     """See the module docstring; one per rewriting session."""
 
     def __init__(self, shadow, auto_fix: bool, max_heals: Optional[int] = None,
-                 heal_file: Optional[str] = None):
+                 heal_file: Optional[str] = None, monitor: Optional[PrecisionMonitor] = None):
         self.shadow = shadow
+        self.monitor = monitor
         self.auto_fix = auto_fix
         self.max_heals = DEFAULT_MAX_HEALS if max_heals is None else max_heals
         self.heal_file = heal_file
@@ -108,11 +124,22 @@ class StepWatch:
             extra = {"steps": {i: (self.shadow.private_fetch(signals[i].all_finite),
                                    self.shadow.private_fetch(signals[i].scale)) for i in steps}}
             ids = ()
-            if any(self._guard(signals[i]).diagnosis_due for i in steps):
-                ids, tensors = self._diagnosis_now().fetches(elements, fed)
+            monitored = self.monitor is not None and self.monitor.due_next()
+            diagnosed = any(self._guard(signals[i]).diagnosis_due for i in steps)
+            if monitored or diagnosed:
+                ids, tensors = self._diagnosis_now().fetches(elements, fed, monitor_only=not diagnosed)
                 if ids:
                     extra["probes"] = tensors
+            if monitored and self._global_step() is not None:
+                extra["global_step"] = self._global_step()
             return extra, ids
+
+    def _global_step(self):
+        """The user graph's global_step in the private graph, or None."""
+        import tensorflow as tf
+
+        step = tf.compat.v1.train.get_global_step(self.shadow.user_graph)
+        return None if step is None else self.shadow.private_fetch(step)
 
     def _follow_generation(self) -> None:
         generation = (self.shadow.private_name(""), len(self.shadow.reports))
@@ -155,6 +182,8 @@ class StepWatch:
             signals = step_signals(self.shadow.user_graph)
             for i, (all_finite, scale) in extra_values["steps"].items():
                 self._guard(signals[i]).observe(float(scale), bool(all_finite))
+            if self.monitor is not None:
+                self._sample(extra_values, ids)
             if "probes" not in extra_values:
                 return
             counts, extrema = extra_values["probes"]
@@ -169,6 +198,18 @@ class StepWatch:
                     return
                 if guard.at_floor:
                     self._nothing_found(guard)
+
+    def _sample(self, extra_values: dict, ids) -> None:
+        """Counts the step for the monitor and writes its scalars when it is a sampled one."""
+        steps = extra_values["steps"].values()
+        sampled = self.monitor.count(skipped=not all(bool(finite) for finite, _ in steps))
+        if not sampled:
+            return
+        probes = self._diagnosis_now().ops.probes
+        counts = extra_values["probes"][0] if "probes" in extra_values else []
+        step = extra_values.get("global_step")
+        self.monitor.write(None if step is None else int(step), min(float(s) for _, s in steps),
+                           len(self.heals), [probes[i] for i in ids], counts)
 
     def _named(self, culprit: Culprit, guard: SkipGuard, signals, reset_loss_scales) -> None:
         trajectory = guard.episode.trajectory()
