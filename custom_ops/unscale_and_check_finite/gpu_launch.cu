@@ -24,6 +24,8 @@ namespace tfamp {
 namespace {
 
 const int kThreadsPerBlock = 512;
+// Two resident blocks per SM: ptxas keeps the kernel within 64 registers per thread.
+const int kMinBlocksPerMultiprocessor = 2;
 const int kIlp = 4;  // vectors each thread loads before it stores any
 
 // 16 bytes of storage seen as lanes of one element type.
@@ -33,11 +35,47 @@ union Vector16 {
   typename Element<kType>::Bits lanes[16 / sizeof(typename Element<kType>::Bits)];
 };
 
+// Unscales the lanes of `v` in place; returns the exponent carries of its input words
+// (ExponentCarries: their kLaneTopBits flag the inf and nan lanes). A NaN product leaves the
+// conversion as kCanonicalHalfNaN; for bfloat16, TensorFlow's GPU Cast writes
+// kEigenBfloat16NaN instead, so those lanes are rewritten, which only a vector holding an inf
+// or nan, or a scale that is not finite, can need.
+template <ElementType kType>
+__device__ __forceinline__ uint32_t UnscaleVector(Vector16<kType>* v, float inv_scale,
+                                                  bool scale_is_finite) {
+  typedef Element<kType> E;
+  const int kLanes = 16 / sizeof(typename E::Bits);
+  const uint32_t carries = ExponentCarries<kType>(v->raw.x) | ExponentCarries<kType>(v->raw.y) |
+                           ExponentCarries<kType>(v->raw.z) | ExponentCarries<kType>(v->raw.w);
+#pragma unroll
+  for (int lane = 0; lane < kLanes; ++lane) {
+    v->lanes[lane] = E::FromNonNaNFloat(MulRoundedToFloat(E::ToFloat(v->lanes[lane]), inv_scale));
+  }
+  if (kType == kBFloat16 && !(scale_is_finite && (carries & E::kLaneTopBits) == 0)) {
+#pragma unroll
+    for (int lane = 0; lane < kLanes; ++lane) {
+      if (v->lanes[lane] == kCanonicalHalfNaN) v->lanes[lane] = kEigenBfloat16NaN;
+    }
+  }
+  return carries;
+}
+
+// Loads the kIlp vectors a thread handles from `base` (those below num_vec).
+template <ElementType kType>
+__device__ __forceinline__ void LoadVectors(Vector16<kType> (&v)[kIlp], const uint4* in_vec,
+                                            int64_t base, int64_t num_vec) {
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = base + k * kThreadsPerBlock;
+    if (i < num_vec) v[k].raw = in_vec[i];
+  }
+}
+
 // Unscales in[r.begin, r.end) into out[r.begin, r.end) with all threads of the block; returns
 // nonzero iff this thread saw an inf or nan.
 template <ElementType kType>
 __device__ uint32_t UnscalePart(const void* in_ptr, void* out_ptr, ElementRange r,
-                                float inv_scale) {
+                                float inv_scale, bool scale_is_finite) {
   typedef typename Element<kType>::Bits Bits;
   typedef Vector16<kType> Vec;
   const int kLanes = 16 / sizeof(Bits);
@@ -57,25 +95,23 @@ __device__ uint32_t UnscalePart(const void* in_ptr, void* out_ptr, ElementRange 
   if (num_vec > 0) {
     const uint4* in_vec = reinterpret_cast<const uint4*>(in + head);
     uint4* out_vec = reinterpret_cast<uint4*>(out + head);
-    for (int64_t base = threadIdx.x; base < num_vec; base += kThreadsPerBlock * kIlp) {
-      Vec v[kIlp];
-#pragma unroll
-      for (int k = 0; k < kIlp; ++k) {
-        const int64_t i = base + k * kThreadsPerBlock;
-        if (i < num_vec) v[k].raw = in_vec[i];
-      }
+    const int64_t step = kThreadsPerBlock * kIlp;
+    uint32_t carries = 0;
+    // Loading one round's vectors before unscaling them is best measured: loading the next
+    // round's first (prefetching, ILP 2 to fit 64 registers) was 3-15% slower on an H200.
+    Vec v[kIlp];
+    for (int64_t base = threadIdx.x; base < num_vec; base += step) {
+      LoadVectors<kType>(v, in_vec, base, num_vec);
 #pragma unroll
       for (int k = 0; k < kIlp; ++k) {
         const int64_t i = base + k * kThreadsPerBlock;
         if (i < num_vec) {
-#pragma unroll
-          for (int lane = 0; lane < kLanes; ++lane) {
-            v[k].lanes[lane] = UnscaleElement<kType>(v[k].lanes[lane], inv_scale, &nonfinite);
-          }
+          carries |= UnscaleVector<kType>(&v[k], inv_scale, scale_is_finite);
           out_vec[i] = v[k].raw;
         }
       }
     }
+    nonfinite = (carries & Element<kType>::kLaneTopBits) != 0;
   }
   const int64_t vector_elements = num_vec * kLanes;
   for (int64_t j = threadIdx.x; j < n - vector_elements; j += kThreadsPerBlock) {
@@ -85,29 +121,33 @@ __device__ uint32_t UnscalePart(const void* in_ptr, void* out_ptr, ElementRange 
   return nonfinite;
 }
 
-// Unscales the parts of `block` that hold kType elements. One pass per element type keeps
-// the registers of one type's code from being live across the others': nvcc 13 then needs
-// 50-64 registers per thread (sm_75-sm_90, no spills; two 512-thread blocks per SM) where
-// one loop that switches on the type needs 74 (one block per SM).
+// Unscales the parts of `block` that hold kType elements, from slot `first_slot` (the one
+// holding the block's first element). One pass per element type keeps the registers of one
+// type's code from being live across the others': nvcc 13 then needs about 50-64 registers
+// per thread (sm_75-sm_90, no spills; two 512-thread blocks per SM) where one loop that
+// switches on the type needs 74 (one block per SM).
 template <ElementType kType>
 __device__ uint32_t UnscaleSlotsOfType(const LaunchTable& table, ElementRange block,
-                                       float inv_scale) {
+                                       int first_slot, float inv_scale, bool scale_is_finite) {
   uint32_t nonfinite = 0;
-  ForEachPartOfBlock(table, block, [&](int slot, ElementRange part) {
+  ForEachPartOfBlock(table, block, first_slot, [&](int slot, ElementRange part) {
     if (table.type[slot] == kType) {  // uniform across the block: no divergence
-      nonfinite |= UnscalePart<kType>(table.in[slot], table.out[slot], part, inv_scale);
+      nonfinite |= UnscalePart<kType>(table.in[slot], table.out[slot], part, inv_scale,
+                                      scale_is_finite);
     }
   });
   return nonfinite;
 }
 
-__global__ void __launch_bounds__(kThreadsPerBlock)
+__global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerMultiprocessor)
     UnscaleAndCheckFiniteKernel(LaunchTable table, const float* inv_scale, bool* all_finite) {
   const ElementRange block = BlockElements(table, blockIdx.x);
+  const int first_slot = SlotOfElement(table, block.begin);
   const float s = *inv_scale;
-  const uint32_t nonfinite = UnscaleSlotsOfType<kFloat32>(table, block, s) |
-                             UnscaleSlotsOfType<kFloat16>(table, block, s) |
-                             UnscaleSlotsOfType<kBFloat16>(table, block, s);
+  const bool finite = (FloatBits(s) & 0x7f800000u) != 0x7f800000u;
+  const uint32_t nonfinite = UnscaleSlotsOfType<kFloat32>(table, block, first_slot, s, finite) |
+                             UnscaleSlotsOfType<kFloat16>(table, block, first_slot, s, finite) |
+                             UnscaleSlotsOfType<kBFloat16>(table, block, first_slot, s, finite);
   if (nonfinite) *all_finite = false;
 }
 

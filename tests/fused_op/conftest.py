@@ -31,8 +31,19 @@ def cpu_isa(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def emulated_kernel(tmp_path_factory):
-    """The kernel harness built against the CPU grid emulation (gpu_launch.cu as C++)."""
+    """The kernel harness built against the CPU grid emulation (gpu_launch.cu as C++) of an
+    sm_75 device: no bfloat16 conversion instruction, the portable rounding."""
     from harness_build import build_emulation
     from harness_library import KernelHarness
 
     return KernelHarness(build_emulation(tmp_path_factory.mktemp("grid-emulation")))
+
+
+@pytest.fixture(scope="session")
+def emulated_kernel_sm90(tmp_path_factory):
+    """The same for an sm_90 device: bfloat16 through cvt.rn.bf16.f32's model."""
+    from harness_build import build_emulation
+    from harness_library import KernelHarness
+
+    return KernelHarness(build_emulation(tmp_path_factory.mktemp("grid-emulation-sm90"),
+                                         arch=90))

@@ -6,8 +6,9 @@ Both builds compile the op's own sources from ``custom_ops/unscale_and_check_fin
 * ``build_gpu(directory, archs)``: nvcc, the CUDA runtime linked statically (nvcc's
   default), ``-lineinfo`` so compute-sanitizer reports source lines. Returns the library
   and ptxas's register and spill counts of the kernel per architecture.
-* ``build_emulation(directory, address_sanitizer=False)``: ``$CXX`` (default g++) compiles
-  the ``.cu`` files as C++ against ``emulation/cuda_runtime.h``, warnings as errors.
+* ``build_emulation(directory, address_sanitizer=False, arch=75)``: ``$CXX`` (default g++)
+  compiles the ``.cu`` files as C++ against ``emulation/cuda_runtime.h``, warnings as errors,
+  with the device code taking the paths of ``sm_<arch>`` (900: bfloat16's instruction).
 
 nvcc is found as ``make op`` finds it (``tfamp_rewrite/fused_op/cuda_toolchain.py``, loaded
 by path: it uses the standard library only), so ``TFAMP_NVCC`` and ``TFAMP_CUDA_ARCHS`` apply.
@@ -20,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -29,7 +31,8 @@ OP_SOURCES = REPO / "custom_ops" / "unscale_and_check_finite"
 EMULATION = HERE / "emulation"
 HARNESS_SOURCE = HERE / "harness_capi.cu"
 GPU_LIBRARY = "libtfamp_kernel_harness_gpu.so"
-EMULATION_LIBRARY = "libtfamp_kernel_harness_emulated.so"
+EMULATION_LIBRARY = "libtfamp_kernel_harness_emulated_sm{arch}.so"
+EMULATED_ARCHS = (75, 90)  # below and above sm_80, where bfloat16 gains its instruction
 KERNEL_NAME = "UnscaleAndCheckFiniteKernel"
 
 EMULATION_FLAGS = ("-std=c++14", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
@@ -38,6 +41,15 @@ NVCC_FLAGS = ("-O3", "-std=c++14", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"
               "-Xptxas", "-v")
 
 KernelResources = collections.namedtuple("KernelResources", "registers spill_bytes")
+THREADS_PER_BLOCK = 512  # gpu_launch.cu: kThreadsPerBlock
+# Per multiprocessor: (most resident threads, most resident blocks), CUDA's occupancy tables;
+# every architecture here has 64K 32-bit registers per SM, allocated 256 per warp.
+SM_LIMITS = {75: (1024, 16), 80: (2048, 32), 86: (1536, 16), 87: (1536, 16), 89: (1536, 24),
+             90: (2048, 32), 100: (2048, 32), 103: (2048, 32), 110: (2048, 32),
+             120: (1536, 32), 121: (1536, 32)}
+REGISTERS_PER_SM = 65536
+# The PTX conversions the kernel should contain (unscale_element.h: Cvt*).
+CONVERSION_INSTRUCTIONS = ("cvt.f32.f16", "cvt.rn.f16.f32", "cvt.rn.bf16.f32")
 
 
 class HarnessBuildError(RuntimeError):
@@ -142,8 +154,10 @@ def kernel_resources(ptxas_output: str) -> Dict[str, KernelResources]:
     return resources
 
 
-def build_gpu(directory: Path, archs: Sequence[int], toolchain=None):
-    """(library path, {arch: KernelResources}) of the nvcc build for ``archs``."""
+def build_gpu(directory: Path, archs: Sequence[int], toolchain=None,
+              extra_flags: Sequence[str] = ()):
+    """(library path, {arch: KernelResources}) of the nvcc build for ``archs`` (plus
+    ``extra_flags``, e.g. a -D of a kernel variant)."""
     toolchain = toolchain or find_toolchain()
     if toolchain is None:
         raise HarnessBuildError("no nvcc found (set TFAMP_NVCC or CUDA_HOME, or put nvcc on "
@@ -151,22 +165,56 @@ def build_gpu(directory: Path, archs: Sequence[int], toolchain=None):
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     library = directory / GPU_LIBRARY
-    output = _run([toolchain.nvcc, *NVCC_FLAGS, *gencode_flags(archs), "-I", str(OP_SOURCES),
+    output = _run([toolchain.nvcc, *NVCC_FLAGS, *extra_flags, *gencode_flags(archs),
+                   "-I", str(OP_SOURCES),
                    str(HARNESS_SOURCE), str(OP_SOURCES / "gpu_launch.cu"),
                    str(OP_SOURCES / "launch_plan.cc"), "-o", str(library)], directory)
     return library, kernel_resources(output)
 
 
-def build_emulation(directory: Path, address_sanitizer: bool = False) -> Path:
-    """The harness against the grid emulation, compiled by ``$CXX``."""
+def occupancy(arch: int, registers: int, threads: int = THREADS_PER_BLOCK):
+    """(resident blocks per SM, share of the SM's threads) of a kernel using ``registers``
+    per thread, from the architecture's limits (None for an architecture not in the table)."""
+    if arch not in SM_LIMITS:
+        return None
+    max_threads, max_blocks = SM_LIMITS[arch]
+    warps = -(-threads // 32)
+    registers_per_warp = -(-registers * 32 // 256) * 256
+    by_registers = REGISTERS_PER_SM // registers_per_warp // warps
+    blocks = min(by_registers, max_threads // threads, max_blocks)
+    return blocks, blocks * threads / max_threads
+
+
+def conversion_instructions(archs: Sequence[int], toolchain=None) -> Dict[int, Dict[str, int]]:
+    """{arch: {instruction: count}} in the kernel's PTX for each architecture: shows which
+    conversions each build uses (sm_75: no cvt.rn.bf16.f32, the portable rounding instead)."""
+    toolchain = toolchain or find_toolchain()
+    counts = {}
+    with tempfile.TemporaryDirectory(prefix="tfamp-ptx-") as scratch:
+        for arch in archs:
+            ptx = Path(scratch) / f"kernel_{arch}.ptx"
+            _run([toolchain.nvcc, "-std=c++14", "-ptx", f"-arch=compute_{arch}", "-I",
+                  str(OP_SOURCES), str(OP_SOURCES / "gpu_launch.cu"), "-o", str(ptx)],
+                 Path(scratch))
+            text = ptx.read_text()
+            counts[arch] = {name: len(re.findall(re.escape(name) + r"\s", text))
+                            for name in CONVERSION_INSTRUCTIONS}
+    return counts
+
+
+def build_emulation(directory: Path, address_sanitizer: bool = False, arch: int = 75,
+                    extra_flags: Sequence[str] = ()) -> Path:
+    """The harness against the grid emulation of an ``sm_<arch>`` device, compiled by ``$CXX``
+    (plus ``extra_flags``, e.g. a -D of a kernel variant)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    library = directory / EMULATION_LIBRARY
+    library = directory / EMULATION_LIBRARY.format(arch=arch)
     if address_sanitizer:
         optimise = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
     else:
         optimise = ["-O2"]
     _run([os.environ.get("CXX", "g++"), *EMULATION_FLAGS, *optimise,
+          f"-DTFAMP_EMULATED_CUDA_ARCH={10 * arch}", *extra_flags,
           "-I", str(EMULATION), "-I", str(OP_SOURCES),
           "-x", "c++", str(OP_SOURCES / "gpu_launch.cu"), str(HARNESS_SOURCE),
           "-x", "none", str(OP_SOURCES / "launch_plan.cc"), str(EMULATION / "emulation_capi.cc"),

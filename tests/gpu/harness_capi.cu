@@ -1,6 +1,7 @@
 // C entry points of the kernel harness (tests/gpu/harness_library.py loads them with ctypes):
 // device memory, the op's launch sequence (PlanLaunches + EnqueueUnscaleAndCheckFinite, as
-// gpu_kernel.cc calls them, without TensorFlow), and event timing.
+// gpu_kernel.cc calls them, without TensorFlow), event timing, and a probe kernel that runs
+// the element conversions of unscale_element.h on the device (tests/gpu/conversion_check.py).
 //
 // Built twice from this one file: by nvcc with gpu_launch.cu and launch_plan.cc for a real
 // GPU, and by g++ against tests/gpu/emulation/cuda_runtime.h for the CPU grid emulation.
@@ -15,6 +16,11 @@
 
 #include "gpu_launch.h"
 #include "launch_plan.h"
+#include "unscale_element.h"
+
+#ifndef TFAMP_KERNEL_LAUNCH
+#define TFAMP_KERNEL_LAUNCH(kernel, blocks, threads, stream) kernel<<<blocks, threads, 0, stream>>>
+#endif
 
 namespace {
 
@@ -62,6 +68,49 @@ int CheckPlanArguments(int64_t chunk_elements, int max_tensors) {
     return Fail("max_tensors must be in [1, " + std::to_string(tfamp::kMaxTensorsPerLaunch) + "]");
   }
   return 0;
+}
+
+// What the probe kernel runs on each input (tfamp_harness_convert). The instructions are
+// the real ones on a GPU and their models in the grid emulation (unscale_element.h: Cvt*);
+// the portable conversions are the CPU kernel's code, here compiled for the device (GPU) or
+// the host (emulation).
+enum Conversion {
+  kCvtF32F16 = 0,          // uint16 -> uint32
+  kCvtRnF16F32 = 1,        // uint32 -> uint16
+  kCvtRnBf16F32 = 2,       // uint32 -> uint16 (the model below sm_80: no such instruction)
+  kMulRn = 3,              // uint32 -> uint32: __fmul_rn(x, s)
+  kPortableHalfToFloat = 4,
+  kPortableHalfFromFloat = 5,
+  kPortableBfloat16FromFloat = 6,
+  kNumConversions = 7,
+};
+
+__global__ void ConvertKernel(int conversion, const void* in, void* out, int64_t n, float s) {
+  const uint16_t* in16 = static_cast<const uint16_t*>(in);
+  const uint32_t* in32 = static_cast<const uint32_t*>(in);
+  uint16_t* out16 = static_cast<uint16_t*>(out);
+  uint32_t* out32 = static_cast<uint32_t*>(out);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    switch (conversion) {
+      case kCvtF32F16: out32[i] = tfamp::FloatBits(tfamp::CvtF32F16(in16[i])); break;
+      case kCvtRnF16F32: out16[i] = tfamp::CvtRnF16F32(tfamp::BitsToFloat(in32[i])); break;
+      case kCvtRnBf16F32: out16[i] = tfamp::CvtRnBf16F32(tfamp::BitsToFloat(in32[i])); break;
+      case kMulRn:
+        out32[i] = tfamp::FloatBits(tfamp::MulRoundedToFloat(tfamp::BitsToFloat(in32[i]), s));
+        break;
+      case kPortableHalfToFloat:
+        out32[i] = tfamp::FloatBits(tfamp::PortableHalfToFloat(in16[i]));
+        break;
+      case kPortableHalfFromFloat:
+        out16[i] = tfamp::PortableHalfFromFloat(tfamp::BitsToFloat(in32[i]));
+        break;
+      case kPortableBfloat16FromFloat:
+        out16[i] = tfamp::PortableBfloat16FromFloat(tfamp::BitsToFloat(in32[i]));
+        break;
+    }
+  }
 }
 
 }  // namespace
@@ -173,6 +222,20 @@ int tfamp_harness_time_unscale(const uint64_t* in, const uint64_t* out, const in
   *device_ms = total_ms / iterations;
   *host_ms = std::chrono::duration<float, std::milli>(host_stop - host_start).count() / iterations;
   return result;
+}
+
+// Runs `conversion` (enum Conversion) on the n elements at device pointer `in`, writing `out`,
+// and waits.
+int tfamp_harness_convert(int conversion, const void* in, void* out, int64_t n, float s) {
+  if (conversion < 0 || conversion >= kNumConversions) return Fail("unknown conversion");
+  if (n < 1) return 0;
+  const int64_t threads = 256;
+  const int64_t wanted = (n + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted < 1024 ? wanted : 1024);
+  TFAMP_KERNEL_LAUNCH(ConvertKernel, blocks, static_cast<int>(threads), nullptr)(
+      conversion, in, out, n, s);
+  if (Check(cudaGetLastError(), "launching the conversion probe")) return -1;
+  return Check(cudaDeviceSynchronize(), "the conversion probe");
 }
 
 // Device time per device-to-device cudaMemcpy of `bytes`, over `iterations` back-to-back

@@ -49,6 +49,8 @@ def _signatures(lib):
                                                  FloatP, FloatP]),
         "tfamp_harness_time_copy": (c.c_int, [c.c_void_p, c.c_void_p, c.c_int64, c.c_int,
                                               FloatP]),
+        "tfamp_harness_convert": (c.c_int, [c.c_int, c.c_void_p, c.c_void_p, c.c_int64,
+                                            c.c_float]),
     }
     for name, (restype, argtypes) in table.items():
         function = getattr(lib, name)
@@ -157,12 +159,12 @@ class KernelHarness:
         return launches.value
 
     def time_unscale(self, tensors: TensorList, inv_scale_ptr: int, all_finite_ptr: int,
-                     iterations: int, chunk_elements=None) -> Tuple[float, float]:
+                     iterations: int, chunk_elements=None, max_tensors=None) -> Tuple[float, float]:
         """(device ms, host ms) per call, over ``iterations`` back-to-back calls."""
         device_ms, host_ms = ctypes.c_float(), ctypes.c_float()
         self._check(self.lib.tfamp_harness_time_unscale(
             tensors.in_p, tensors.out_p, tensors.sizes_p, tensors.types_p, tensors.count,
-            chunk_elements or self.chunk_elements, self.max_tensors, inv_scale_ptr,
+            chunk_elements or self.chunk_elements, max_tensors or self.max_tensors, inv_scale_ptr,
             all_finite_ptr, iterations, device_ms, host_ms), "timing the op")
         return device_ms.value, host_ms.value
 
@@ -172,6 +174,22 @@ class KernelHarness:
         self._check(self.lib.tfamp_harness_time_copy(dst, src, nbytes, iterations, device_ms),
                     "timing cudaMemcpy")
         return device_ms.value
+
+    def convert(self, conversion: int, inputs: np.ndarray, out_dtype, scale: float = 1.0):
+        """Runs the probe kernel's ``conversion`` (harness_capi.cu: enum Conversion) on the
+        device over ``inputs`` (uint16 or uint32 bits); returns its output bits."""
+        inputs = np.ascontiguousarray(inputs)
+        out_dtype = np.dtype(out_dtype)
+        source = self.malloc(inputs.nbytes)
+        target = self.malloc(inputs.size * out_dtype.itemsize)
+        try:
+            self.upload(source, inputs)
+            self._check(self.lib.tfamp_harness_convert(conversion, source, target, inputs.size,
+                                                       scale), "conversion probe")
+            return self.download(target, inputs.size * out_dtype.itemsize).view(out_dtype)
+        finally:
+            self.free(source)
+            self.free(target)
 
     # --- the grid emulation only -----------------------------------------------------------
 

@@ -11,8 +11,10 @@ on a GPU (nvcc without ``-ftz``)::
     out = round_to_kind(float32(x) * float32(inv_scale))   # round to nearest even, inf/nan propagate
     all_finite = no input element is inf or nan
 
-A NaN result may carry any payload and sign (GPUs return a canonical NaN), but it must be a
-quiet NaN; everything else must match bit for bit.
+A NaN result must be the one NaN TensorFlow's GPU composite writes (``DEVICE_NAN``: the
+GPU's multiply returns the canonical float NaN, then float16 through cvt.rn.f16.f32 and
+bfloat16 through Eigen's rounding); everything else must match bit for bit. (The CPU kernel
+keeps NaN payloads instead, as TensorFlow's CPU composite does: unscale_element.h.)
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ KINDS = ("float32", "float16", "bfloat16")
 TYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # unscale_element.h: ElementType
 BITS_DTYPE = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
-# Exponent field all ones: inf or nan. Plus the quiet bit: a quiet nan.
+# Exponent field all ones: inf or nan.
 _EXPONENT = {"float32": 0x7F800000, "float16": 0x7C00, "bfloat16": 0x7F80}
 _QUIET = {"float32": 0x00400000, "float16": 0x0200, "bfloat16": 0x0040}
 _SIGN = {"float32": 0x80000000, "float16": 0x8000, "bfloat16": 0x8000}
@@ -33,6 +35,7 @@ _SIGN = {"float32": 0x80000000, "float16": 0x8000, "bfloat16": 0x8000}
 # output element still holding one was never written.
 POISON = {"float32": 0x7FA5A5A5, "float16": 0x7D5A, "bfloat16": 0x7F95}
 SPECIALS = (np.inf, -np.inf, np.nan)
+DEVICE_NAN = {"float32": 0x7FFFFFFF, "float16": 0x7FFF, "bfloat16": 0x7FC0}
 
 
 class HostTensor(collections.namedtuple("HostTensor", "kind bits")):
@@ -97,11 +100,6 @@ def is_nan(kind: str, bits: np.ndarray) -> np.ndarray:
     return magnitude > _EXPONENT[kind]
 
 
-def is_quiet_nan(kind: str, bits: np.ndarray) -> np.ndarray:
-    mask = _EXPONENT[kind] | _QUIET[kind]
-    return (bits & BITS_DTYPE[kind](mask)) == mask
-
-
 def is_nonfinite(kind: str, bits: np.ndarray) -> np.ndarray:
     return (bits & BITS_DTYPE[kind](_EXPONENT[kind])) == _EXPONENT[kind]
 
@@ -130,8 +128,8 @@ def expected(tensors: Sequence[HostTensor], inv_scale: float) -> Tuple[List[np.n
 
 
 def mismatches(kind: str, got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Indices where ``got`` is not the oracle's answer ``want`` (NaN: any quiet NaN)."""
-    wrong = np.where(is_nan(kind, want), ~is_quiet_nan(kind, got), got != want)
+    """Indices where ``got`` is not the oracle's answer ``want`` (NaN: the device's NaN)."""
+    wrong = np.where(is_nan(kind, want), got != BITS_DTYPE[kind](DEVICE_NAN[kind]), got != want)
     return np.flatnonzero(wrong)
 
 

@@ -6,7 +6,8 @@
 //   * the qualifiers (__global__, __device__, __host__, __forceinline__, __launch_bounds__)
 //     and __CUDACC__ / __CUDA_ARCH__, so shared headers take their device code paths;
 //   * threadIdx, blockIdx, blockDim, gridDim, uint4, dim3, and the intrinsics the op uses
-//     (__fmul_rn, __float_as_uint, __uint_as_float);
+//     (__fmul_rn, __float_as_uint, __uint_as_float); TFAMP_CUDA_EMULATION, which makes
+//     unscale_element.h use its models of the PTX conversion instructions;
 //   * the runtime calls the op and its harness use (cudaMalloc ... cudaEventElapsedTime):
 //     "device" memory is host memory, streams and events are synchronous;
 //   * TFAMP_KERNEL_LAUNCH(kernel, blocks, threads, stream)(args...), the launch macro of
@@ -37,7 +38,12 @@
 
 #define TFAMP_CUDA_EMULATION 1
 #define __CUDACC__ 1
-#define __CUDA_ARCH__ 750
+// The architecture the device code is compiled for: -DTFAMP_EMULATED_CUDA_ARCH=900 takes
+// the sm_80+ paths (bfloat16 through its conversion instruction's model).
+#ifndef TFAMP_EMULATED_CUDA_ARCH
+#define TFAMP_EMULATED_CUDA_ARCH 750
+#endif
+#define __CUDA_ARCH__ TFAMP_EMULATED_CUDA_ARCH
 #define __global__
 #define __device__
 #define __host__
@@ -78,8 +84,12 @@ inline float __uint_as_float(unsigned int u) {
 }
 
 // One IEEE product rounded to nearest even: the build passes -ffp-contract=off, so the
-// compiler cannot fuse it into an FMA either.
-inline float __fmul_rn(float a, float b) { return a * b; }
+// compiler cannot fuse it into an FMA either. A NaN product is the canonical NaN, as a GPU
+// returns it (x86 would keep an operand's payload).
+inline float __fmul_rn(float a, float b) {
+  const float product = a * b;
+  return product != product ? __uint_as_float(0x7fffffffu) : product;
+}
 
 enum cudaError_t {
   cudaSuccess = 0,
