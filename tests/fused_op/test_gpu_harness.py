@@ -82,24 +82,49 @@ def test_bandwidth_table_on_the_emulation(emulated_kernel, monkeypatch, capsys):
     gpu_check.report_bandwidth(emulated_kernel, ["resnet50", "bert_base"], 2, emulated=True)
     lines = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in lines if line.strip().startswith(("resnet50", "bert_base"))]
-    assert len(rows) == 8 + len(gpu_check.CHUNK_SWEEP)
+    # Per model 3 dtypes, in and out of place; chunk sweep over 3 dtypes on resnet50; the
+    # launch sweep on the last model.
+    assert len(rows) == 2 * 6 + 3 * len(gpu_check.CHUNK_SWEEP) + len(gpu_check.LAUNCH_SWEEP)
+    assert [row[1] for row in rows[:6]] == ["float32", "float32", "float16", "float16",
+                                            "bfloat16", "bfloat16"]
     first = rows[0]  # resnet50 float32: tensors, MB, launches, blocks, ...
     assert first[:2] == ["resnet50", "float32"] and int(first[2]) == 4
     assert float(first[3]) == pytest.approx(sum(small["resnet50"]) * 4 / 1e6, abs=0.05)
     launches, blocks = emulated_kernel.plan(small["resnet50"], [0] * 4)
     assert (int(first[4]), int(first[5])) == (launches, blocks)
-    assert all(row[-1] in ("ok", "BELOW") for row in rows)
+    assert all(row[-1] == "ok" or row[-2] == "BELOW" for row in rows)
     assert "(emulated: CPU times, not GPU figures)" in lines[0]
+    assert lines[1] == "  PyTorch and composite columns empty: emulated run: no GPU to time peers on"
+    assert all(row.count("-") == 4 for row in rows)  # PyTorch and composite ms and ratios
 
 
 def test_bandwidth_arithmetic():
     row = kernel_bandwidth.BandwidthRow("x", 2, 1000, 4000, 1, 1, kernel_ms=0.002, host_ms=0.001,
-                                 copy_ms=0.0016)
+                                        copy_ms=0.0017, pytorch_ms=None, composite_ms=None)
     assert row.kernel_gbps == pytest.approx(4.0)  # 8000 bytes moved in 2 us
-    assert row.copy_gbps == pytest.approx(5.0)
-    assert row.ratio == pytest.approx(0.8)
+    assert row.copy_gbps == pytest.approx(8000 / 1700)
+    assert row.ratio == pytest.approx(0.85)
+    assert row.vs_pytorch is None and row.vs_composite is None
     assert kernel_bandwidth.format_rows([row])[-1].endswith("ok")
-    assert kernel_bandwidth.format_rows([row._replace(copy_ms=0.0015)])[-1].endswith("BELOW")
+    assert kernel_bandwidth.format_rows([row._replace(copy_ms=0.0016)])[-1].endswith(
+        "BELOW memcpy")
+    with_peers = row._replace(pytorch_ms=0.0023, composite_ms=0.02)
+    assert with_peers.vs_pytorch == pytest.approx(1.15)
+    assert with_peers.vs_composite == pytest.approx(10.0)
+    line = kernel_bandwidth.format_rows([with_peers])[-1]
+    assert line.endswith("BELOW PyTorch") and " 1.15 " in line and " 10.00 " in line
+    assert kernel_bandwidth.format_rows([with_peers._replace(pytorch_ms=0.0024)])[-1].endswith(
+        "ok")
+
+
+def test_without_pytorch_the_peer_columns_say_why():
+    """The machine's python3 here has no PyTorch (or no GPU for it): one line says which."""
+    import peer_timing
+
+    torch, why = peer_timing.load_torch()
+    if torch is not None:
+        pytest.skip("PyTorch runs on a GPU here: make test-gpu times it")
+    assert why.startswith(("PyTorch is not importable (", "PyTorch ")) and "\n" not in why
     assert kernel_bandwidth.arena_offsets([1, 256, 257, 0]) == [0, 256, 512, 1024, 1024]
 
 
@@ -116,6 +141,8 @@ def test_measure_times_the_op_and_a_copy_of_the_same_bytes(emulated_kernel):
     (["--iterations", "0"], "--iterations must be >= 1"),
     (["--sanitizer-pass"], "--sanitizer-pass needs --library"),
     (["--emulate", "--build-only"], "not allowed with argument"),
+    (["--variant", "x"], "write NAME=NVCC_FLAGS"),
+    (["--emulate", "--variant", "a=-DX"], "--variant needs a GPU build"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message):
     result = run([sys.executable, GPU_CHECK, *argv])

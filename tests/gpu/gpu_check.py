@@ -1,27 +1,34 @@
-"""The fused op's CUDA kernel on a real GPU: correctness, bandwidth, compute-sanitizer.
+"""The fused op's CUDA kernel on a real GPU: correctness, conversions, bandwidth against the
+peers, compute-sanitizer.
 
     python3 tests/gpu/gpu_check.py            # what `make test-gpu` runs
     python3 tests/gpu/gpu_check.py --emulate  # the same, on the CPU grid emulation
     python3 tests/gpu/gpu_check.py --build-only   # compile for sm_75..sm_90, no GPU needed
 
 Needs the machine's python3 with numpy, and nvcc: no TensorFlow, no virtualenv, nothing
-downloaded. Without a GPU it says so and exits 0, having run nothing. With one it
+downloaded. PyTorch, where importable, is timed beside the kernel. Without a GPU it says so
+and exits 0, having run nothing. With one it
 
 1. builds a TensorFlow-free library from the op's own sources with nvcc for this GPU
-   (harness_build.py), and prints the kernel's registers and spills;
+   (harness_build.py), and prints the kernel's registers, spills and occupancy, and the
+   conversion instructions in its PTX;
 2. runs the correctness cases (kernel_cases.py: the CPU kernel's test lists, every 16-bit
    pattern, ResNet-50 and BERT-base gradients; aligned, misaligned and in-place buffers):
    outputs bit-identical to numpy's, all_finite right, every element written exactly once;
-3. prints the launch plan of ResNet-50, BERT-base and a 1000-tensor model: launches and
+3. holds the device's conversion instructions, and the CPU kernel's portable conversions
+   compiled for the device, to their numpy model, bit for bit (conversion_check.py);
+4. prints the launch plan of ResNet-50, BERT-base and a 1000-tensor model: launches and
    blocks per call, tail waste;
-4. times the kernel on those models (float32 and float16, out of place and in place)
-   against a device-to-device cudaMemcpy of the same bytes (target >= 0.8x), and over
-   chunk sizes on ResNet-50;
-5. reruns a small correctness suite under compute-sanitizer memcheck, racecheck and
+5. times the kernel on those models (float32, float16 and bfloat16, out of place and in
+   place) against a device-to-device cudaMemcpy of the same bytes (target >= 0.85x), PyTorch's
+   fused unscale (target >= 1.2x) and a composite of per-tensor ops (peer_timing.py); then
+   over chunk sizes on ResNet-50 and over launch sizes on the 1000-tensor model;
+6. reruns a small correctness suite under compute-sanitizer memcheck, racecheck and
    initcheck (with --emulate: under AddressSanitizer instead).
 
-Exit status: 0 when every correctness case and sanitizer run passed (bandwidth below the
-target is reported, not failed: timings are not pass/fail), 1 otherwise, 2 for bad usage.
+Exit status: 0 when every correctness case, conversion and sanitizer run passed (timings
+below a target are reported, not failed: timings are not pass/fail), 1 otherwise, 2 for bad
+usage.
 """
 from __future__ import annotations
 
@@ -42,6 +49,8 @@ PREFIX = "test-gpu:"
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 SANITIZER_ERROR_EXIT = 86
 CHUNK_SWEEP = (4096, 8192, 16384, 32768, 65536)
+LAUNCH_SWEEP = (160, 80, 40, 20)  # tensors per launch: what each launch boundary costs
+KINDS = ("float32", "float16", "bfloat16")
 
 
 def say(line: str = "") -> None:
@@ -67,6 +76,10 @@ def parse_args(argv):
                         help="comma-separated models to time (default: all on a GPU, "
                              "resnet50 emulated)")
     parser.add_argument("--no-timing", action="store_true", help="skip the bandwidth tables")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                        help="also build the kernel with these nvcc flags (e.g. "
+                             "cg=\"-Xptxas -dlcm=cg\"), check it on the quick suite and "
+                             "time it beside the default build over chunk sizes; repeatable")
     parser.add_argument("--no-sanitizers", action="store_true",
                         help="skip the compute-sanitizer (or AddressSanitizer) runs")
     args = parser.parse_args(argv)
@@ -74,6 +87,11 @@ def parse_args(argv):
         parser.error("--sanitizer-pass needs --library")
     if args.iterations is not None and args.iterations < 1:
         parser.error("--iterations must be >= 1")
+    for variant in args.variant:
+        if "=" not in variant or not variant.split("=", 1)[0]:
+            parser.error(f"--variant {variant!r}: write NAME=NVCC_FLAGS")
+    if args.variant and (args.emulate or args.build_only):
+        parser.error("--variant needs a GPU build (not --emulate or --build-only)")
     unknown = set((args.models or "").split(",")) - set(MODELS) - {""}
     if unknown:
         parser.error(f"--models: unknown {', '.join(sorted(unknown))}; choose from "
@@ -111,10 +129,23 @@ def build(args, gpu, workdir: Path):
               f"compute_{archs[0]} PTX (nvcc {toolchain.version} has no sm_{gpu.major}{gpu.minor})")
     say(f"{PREFIX} built {library.name} with nvcc {toolchain.version} for {target} "
         f"({time.perf_counter() - start:.1f} s)")
-    for arch, r in sorted(resources.items()):
-        say(f"  kernel on {arch}: {r.registers} registers per thread, {r.spill_bytes} bytes "
-            f"spilled")
+    say_resources(resources, harness_build.conversion_instructions(archs, toolchain))
     return KernelHarness(library), toolchain
+
+
+def say_resources(resources, instructions) -> None:
+    """Registers, spills and occupancy per architecture, and the PTX conversions each uses."""
+    import harness_build
+
+    for arch_name, r in sorted(resources.items(), key=lambda item: int(item[0][3:])):
+        arch = int(arch_name[3:])
+        fit = harness_build.occupancy(arch, r.registers)
+        resident = (f"{fit[0]} blocks of {harness_build.THREADS_PER_BLOCK} per SM, occupancy "
+                    f"{100 * fit[1]:.0f}%" if fit else "occupancy: architecture not tabulated")
+        used = instructions.get(arch, {})
+        conversions = ", ".join(f"{name} x{count}" for name, count in used.items()) or "-"
+        say(f"  kernel on {arch_name}: {r.registers} registers per thread, {r.spill_bytes} bytes "
+            f"spilled, {resident}; PTX conversions: {conversions}")
 
 
 def check_correctness(harness, suite_name: str) -> bool:
@@ -143,27 +174,111 @@ def planner_lines(harness):
     return lines
 
 
+def check_conversions(harness, major: int) -> bool:
+    from conversion_check import check_conversions as run_checks
+    from conversion_check import format_results
+
+    start = time.perf_counter()
+    results = run_checks(harness, major)
+    failed = sum(1 for r in results if r.mismatches)
+    say(f"{PREFIX} conversions against their numpy model, bit for bit "
+        f"({time.perf_counter() - start:.1f} s): "
+        f"{'all equal' if not failed else f'{failed} FAILED'}")
+    for line in format_results(results):
+        say("  " + line)
+    return not failed
+
+
 def report_bandwidth(harness, models, iterations: int, emulated: bool) -> None:
     from kernel_bandwidth import format_rows, measure
     from model_gradients import model_sizes
 
     note = " (emulated: CPU times, not GPU figures)" if emulated else ""
+    torch, why_no_peers = (None, "emulated run: no GPU to time peers on") if emulated else \
+        load_peers()
     say(f"{PREFIX} bandwidth, {iterations} calls per measurement{note}:")
-    rows = []
+    if torch is None:
+        say(f"  PyTorch and composite columns empty: {why_no_peers}")
+    else:
+        say(f"  peers: PyTorch {torch.__version__} _amp_foreach_non_finite_check_and_unscale_ "
+            f"(in place only: out-of-place rows compare with it too) and the composite "
+            f"(mul, isfinite, all per tensor, then all of the flags)")
+    for line in format_rows([])[:2]:
+        say("  " + line)
     for model in models:
         sizes = model_sizes(model)
-        for kind in ("float32", "float16"):
+        for kind in KINDS:
             for in_place in (False, True):
                 label = f"{model} {kind}{' in place' if in_place else ''}"
-                rows.append(measure(harness, label, sizes, kind, iterations, in_place=in_place))
-    for line in format_rows(rows):
-        say("  " + line)
+                row = measure(harness, label, sizes, kind, iterations, in_place=in_place)
+                if torch is not None:
+                    from peer_timing import time_peers
+
+                    peers = time_peers(torch, sizes, kind, iterations, in_place)
+                    for name, value in zip(peers._fields, peers):
+                        if isinstance(value, str):
+                            say(f"  {label}: {name[:-3]} not timed: {value}")
+                    row = row._replace(**{name: value if isinstance(value, float) else None
+                                          for name, value in zip(peers._fields, peers)})
+                say("  " + format_rows([row])[-1])
     if "resnet50" in models:
-        say(f"{PREFIX} chunk size (elements per block), resnet50 float32:")
-        sweep = [measure(harness, f"resnet50 chunk {chunk}", model_sizes("resnet50"), "float32",
-                         iterations, chunk_elements=chunk) for chunk in CHUNK_SWEEP]
+        say(f"{PREFIX} chunk size (elements per block), resnet50:")
+        sweep = [measure(harness, f"resnet50 {kind} chunk {chunk}", model_sizes("resnet50"),
+                         kind, iterations, chunk_elements=chunk)
+                 for kind in KINDS for chunk in CHUNK_SWEEP]
         for line in format_rows(sweep):
             say("  " + line)
+    launch_model = "transformer_1000" if "transformer_1000" in models else models[-1]
+    say(f"{PREFIX} tensors per launch (what a launch boundary costs), {launch_model} float16:")
+    sweep = [measure(harness, f"{launch_model} {limit} per launch", model_sizes(launch_model),
+                     "float16", iterations, max_tensors=min(limit, harness.max_tensors))
+             for limit in LAUNCH_SWEEP]
+    for line in format_rows(sweep):
+        say("  " + line)
+
+
+VARIANT_CHUNKS = (16384, 32768, 65536)
+
+
+def compare_variants(args, gpu, toolchain, default_harness, workdir: Path) -> bool:
+    """Each --variant build: the quick correctness suite, then its time on every model and
+    dtype (out of place) over VARIANT_CHUNKS, beside the default build's, in one table."""
+    import harness_build
+    from harness_library import KernelHarness
+    from kernel_bandwidth import format_rows, measure
+    from model_gradients import model_sizes
+
+    archs = harness_build.archs_for_device(toolchain, gpu.major, gpu.minor)
+    builds = [("default", default_harness)]
+    ok = True
+    for variant in args.variant:
+        name, flags = variant.split("=", 1)
+        library, resources = harness_build.build_gpu(workdir / f"variant-{name}", archs, toolchain,
+                                                     flags.split())
+        say(f"{PREFIX} variant {name} ({flags}):")
+        say_resources(resources, {})
+        harness = KernelHarness(library)
+        ok &= check_correctness(harness, "quick")
+        builds.append((name, harness))
+    models = (args.models or "resnet50,bert_base,transformer_1000").split(",")
+    iterations = args.iterations or 50
+    say(f"{PREFIX} variants side by side, out of place, {iterations} calls per measurement:")
+    for line in format_rows([])[:2]:
+        say("  " + line)
+    for model in models:
+        for kind in KINDS:
+            for chunk in VARIANT_CHUNKS:
+                for name, harness in builds:
+                    row = measure(harness, f"{model} {kind} {name} {chunk}", model_sizes(model),
+                                  kind, iterations, chunk_elements=chunk)
+                    say("  " + format_rows([row])[-1])
+    return ok
+
+
+def load_peers():
+    from peer_timing import load_torch
+
+    return load_torch()
 
 
 def run_sanitizers(args, harness, toolchain, workdir: Path) -> bool:
@@ -253,6 +368,7 @@ def main(argv=None) -> int:
         if args.emulate:
             harness.set_thread_order("shuffled", seed=1)
         ok = check_correctness(harness, args.suite or ("quick" if args.emulate else "full"))
+        ok &= check_conversions(harness, info.major)
         say(f"{PREFIX} launch plan:")
         for line in planner_lines(harness):
             say("  " + line)
@@ -261,6 +377,8 @@ def main(argv=None) -> int:
                                       "resnet50,bert_base,transformer_1000")).split(",")
             report_bandwidth(harness, models, args.iterations or (1 if args.emulate else 50),
                              args.emulate)
+        if args.variant:
+            ok &= compare_variants(args, gpu, toolchain, harness, workdir)
         if not args.no_sanitizers:
             ok &= run_sanitizers(args, harness, toolchain, workdir)
     say(f"{PREFIX} {'PASS' if ok else 'FAIL'}")
@@ -279,9 +397,7 @@ def build_only(workdir: Path) -> int:
     library, resources = harness_build.build_gpu(workdir, archs, toolchain)
     say(f"{PREFIX} built {library.name} with nvcc {toolchain.version} for "
         f"{', '.join(f'sm_{a}' for a in archs)} ({time.perf_counter() - start:.1f} s)")
-    for arch, r in sorted(resources.items()):
-        say(f"  kernel on {arch}: {r.registers} registers per thread, {r.spill_bytes} bytes "
-            f"spilled")
+    say_resources(resources, harness_build.conversion_instructions(archs, toolchain))
     return 0
 
 
