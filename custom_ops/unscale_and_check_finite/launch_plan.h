@@ -63,8 +63,11 @@ class ChunkIndex {
 const int kMaxTensorsPerLaunch = 160;
 // Elements per thread block: 2-4 rounds of the kernel's 16-byte x ILP loop (float32 to
 // 16-bit types), and still several waves on a large GPU (ResNet-50: 781 blocks against 264
-// resident on an H100 or H200 at two blocks per SM). Measured: on an H200, 32768 beat 16384
-// by 10-18% on 16-bit lists and matched it on float32 (tests/gpu/gpu_check.py sweeps it).
+// resident on an H100 or H200 at two blocks per SM). Measured on an H200 (tests/gpu/
+// gpu_check.py sweeps it): within 1-3% of 16384 (ahead on 16-bit lists, behind on float32),
+// 10-18% ahead of it before the kernel converted with the GPU's instructions. Tried and
+// slower by 5-20%: one wave per launch, each of the resident blocks given an equal share
+// (chunk = elements / resident blocks); a launch boundary still cost about 6 us.
 const int64_t kGpuChunkElements = 32768;
 
 // Everything one launch of the CUDA kernel needs. Slot s (one non-empty tensor) holds the
