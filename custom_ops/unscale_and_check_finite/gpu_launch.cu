@@ -131,7 +131,7 @@ __device__ uint32_t UnscaleSlotsOfType(const LaunchTable& table, ElementRange bl
                                        int first_slot, float inv_scale, bool scale_is_finite) {
   uint32_t nonfinite = 0;
   ForEachPartOfBlock(table, block, first_slot, [&](int slot, ElementRange part) {
-    if (table.type[slot] == kType) {  // uniform across the block: no divergence
+    if (SlotType(table, slot) == kType) {  // uniform across the block: no divergence
       nonfinite |= UnscalePart<kType>(table.in[slot], table.out[slot], part, inv_scale,
                                       scale_is_finite);
     }

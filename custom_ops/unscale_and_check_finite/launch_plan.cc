@@ -19,7 +19,7 @@ LaunchTable EmptyTable(int64_t chunk_elements) {
 
 LaunchTable Closed(LaunchTable table) {
   table.num_blocks =
-      static_cast<int32_t>(NumChunks(table.first[table.num_tensors], table.chunk_elements));
+      static_cast<int32_t>(NumChunks(LaunchElements(table), table.chunk_elements));
   return table;
 }
 
@@ -45,16 +45,22 @@ std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
   std::vector<LaunchTable> launches;
   LaunchTable table = EmptyTable(chunk_elements);
   for (int t = 0; t < num_tensors; ++t) {
-    if (tensors[t].size == 0) continue;
-    if (table.num_tensors == max_tensors) {
-      launches.push_back(Closed(table));
-      table = EmptyTable(chunk_elements);
+    const int64_t bytes = ElementBytes(tensors[t].type);
+    for (int64_t done = 0; done < tensors[t].size;) {
+      if (table.num_tensors == max_tensors || LaunchElements(table) == kMaxElementsPerLaunch) {
+        launches.push_back(Closed(table));
+        table = EmptyTable(chunk_elements);
+      }
+      const int64_t start = LaunchElements(table);
+      const int64_t piece = std::min(tensors[t].size - done, kMaxElementsPerLaunch - start);
+      const int slot = table.num_tensors++;
+      table.in[slot] = static_cast<const char*>(tensors[t].in) + done * bytes;
+      table.out[slot] = static_cast<char*>(tensors[t].out) + done * bytes;
+      table.slot_start[slot] = static_cast<uint32_t>(start) |
+                               static_cast<uint32_t>(tensors[t].type) << kSlotTypeShift;
+      table.slot_start[slot + 1] = static_cast<uint32_t>(start + piece);
+      done += piece;
     }
-    const int slot = table.num_tensors++;
-    table.in[slot] = tensors[t].in;
-    table.out[slot] = tensors[t].out;
-    table.type[slot] = tensors[t].type;
-    table.first[slot + 1] = table.first[slot] + tensors[t].size;
   }
   if (table.num_tensors > 0) launches.push_back(Closed(table));
   return launches;

@@ -58,9 +58,18 @@ class ChunkIndex {
   std::vector<int64_t> first_chunk_;  // first_chunk_[i]: global index of tensor i's chunk 0
 };
 
-// Capacity of one CUDA launch: as many tensors as fit the kernel's by-value argument, which
-// must stay within 4 KB (the parameter limit of every CUDA before 12.1, TF 1.15 users' nvcc).
-const int kMaxTensorsPerLaunch = 160;
+// Capacity of one CUDA launch: as many slots (tensors, or pieces of a tensor too big for one
+// launch) as fit the kernel's by-value argument, which must stay within 4 KB (the parameter
+// limit of every CUDA before 12.1, TF 1.15 users' nvcc). 203 slots of 20 bytes: ResNet-50
+// (161 tensors) and BERT-base (199) take one launch; each launch boundary costs 6-8 us on an
+// H200 (tests/gpu/gpu_check.py's tensors-per-launch sweep).
+const int kMaxTensorsPerLaunch = 203;
+// A slot's first element is stored in 30 bits, its element type in the top 2: a launch holds
+// fewer than 2^30 elements, and a bigger tensor is cut into pieces, one slot each.
+const int kSlotTypeShift = 30;
+const uint32_t kSlotStartMask = (1u << kSlotTypeShift) - 1u;
+const int64_t kMaxElementsPerLaunch = kSlotStartMask;
+
 // Elements per thread block: 2-4 rounds of the kernel's 16-byte x ILP loop (float32 to
 // 16-bit types), and still several waves on a large GPU (ResNet-50: 781 blocks against 264
 // resident on an H100 or H200 at two blocks per SM). Measured on an H200 (tests/gpu/
@@ -70,36 +79,50 @@ const int kMaxTensorsPerLaunch = 160;
 // (chunk = elements / resident blocks); a launch boundary still cost about 6 us.
 const int64_t kGpuChunkElements = 32768;
 
-// Everything one launch of the CUDA kernel needs. Slot s (one non-empty tensor) holds the
-// launch's elements [first[s], first[s + 1]); block b processes the launch's elements
-// [b * chunk_elements, (b + 1) * chunk_elements), whichever slots they fall in.
+// Everything one launch of the CUDA kernel needs. Slot s holds the launch's elements
+// [SlotStart(s), SlotStart(s + 1)) of type SlotType(s), read from in[s] and written to out[s];
+// block b processes the launch's elements [b * chunk_elements, (b + 1) * chunk_elements),
+// whichever slots they fall in.
 struct LaunchTable {
   const void* in[kMaxTensorsPerLaunch];
   void* out[kMaxTensorsPerLaunch];
-  int64_t first[kMaxTensorsPerLaunch + 1];  // first[num_tensors]: elements in the launch
+  // Slot s: its first element (low 30 bits) | its ElementType << kSlotTypeShift;
+  // slot_start[num_tensors]: the launch's element count.
+  uint32_t slot_start[kMaxTensorsPerLaunch + 1];
   int64_t chunk_elements;
-  int32_t num_tensors;
-  int32_t num_blocks;  // ceil(first[num_tensors] / chunk_elements)
-  uint8_t type[kMaxTensorsPerLaunch];
+  int32_t num_tensors;  // slots in use
+  int32_t num_blocks;   // ceil(elements / chunk_elements)
 };
 
 // Kernel parameters are the table plus two pointers (inv_scale, all_finite).
 static_assert(sizeof(LaunchTable) + 2 * sizeof(void*) <= 4096,
               "LaunchTable must fit the 4 KB CUDA kernel parameter limit");
 
-// The launch's elements [begin, end) that block `block` processes.
-TFAMP_HOST_DEVICE ElementRange BlockElements(const LaunchTable& table, int64_t block) {
-  return ChunkElements(block, table.chunk_elements, table.first[table.num_tensors]);
+TFAMP_HOST_DEVICE int64_t SlotStart(const LaunchTable& table, int slot) {
+  return static_cast<int64_t>(table.slot_start[slot] & kSlotStartMask);
 }
 
-// The slot holding the launch's element `element` (< first[num_tensors]): binary search,
-// since `first` strictly increases (slots are never empty).
+TFAMP_HOST_DEVICE ElementType SlotType(const LaunchTable& table, int slot) {
+  return static_cast<ElementType>(table.slot_start[slot] >> kSlotTypeShift);
+}
+
+TFAMP_HOST_DEVICE int64_t LaunchElements(const LaunchTable& table) {
+  return SlotStart(table, table.num_tensors);
+}
+
+// The launch's elements [begin, end) that block `block` processes.
+TFAMP_HOST_DEVICE ElementRange BlockElements(const LaunchTable& table, int64_t block) {
+  return ChunkElements(block, table.chunk_elements, LaunchElements(table));
+}
+
+// The slot holding the launch's element `element` (< LaunchElements): binary search, since
+// SlotStart strictly increases (slots are never empty).
 TFAMP_HOST_DEVICE int SlotOfElement(const LaunchTable& table, int64_t element) {
   int lo = 0;
   int hi = table.num_tensors - 1;
-  while (lo < hi) {  // invariant: first[lo] <= element < first[hi + 1]
+  while (lo < hi) {  // invariant: SlotStart(lo) <= element < SlotStart(hi + 1)
     const int mid = (lo + hi + 1) / 2;
-    if (table.first[mid] <= element) {
+    if (SlotStart(table, mid) <= element) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -111,8 +134,8 @@ TFAMP_HOST_DEVICE int SlotOfElement(const LaunchTable& table, int64_t element) {
 // The elements of slot `slot`'s tensor that fall in the launch's range `block` (may be
 // empty, begin >= end, when the slot lies outside it).
 TFAMP_HOST_DEVICE ElementRange SlotPart(const LaunchTable& table, int slot, ElementRange block) {
-  const int64_t first = table.first[slot];
-  const int64_t last = table.first[slot + 1];
+  const int64_t first = SlotStart(table, slot);
+  const int64_t last = SlotStart(table, slot + 1);
   ElementRange r;
   r.begin = (block.begin > first ? block.begin : first) - first;
   r.end = (block.end < last ? block.end : last) - first;
@@ -127,7 +150,8 @@ TFAMP_HOST_DEVICE ElementRange SlotPart(const LaunchTable& table, int slot, Elem
 template <typename Visit>
 TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange block,
                                           int first_slot, Visit visit) {
-  for (int slot = first_slot; slot < table.num_tensors && table.first[slot] < block.end; ++slot) {
+  for (int slot = first_slot; slot < table.num_tensors && SlotStart(table, slot) < block.end;
+       ++slot) {
     visit(slot, SlotPart(table, slot, block));
   }
 }
@@ -138,14 +162,17 @@ TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange
   ForEachPartOfBlock(table, block, SlotOfElement(table, block.begin), visit);
 }
 
-// Packs every non-empty tensor, in order, into launches of at most `max_tensors` tensors
-// (a launch is closed only when full) and `chunk_elements`-element blocks:
-//   for each tensor t with size > 0:
-//     if the current table has max_tensors slots: close it, open a new one
-//     slot = next free slot; first[slot + 1] = first[slot] + size(t)
-//   each table: num_blocks = ceil(first[num_tensors] / chunk_elements)
-// So a model needs ceil(non-empty tensors / max_tensors) launches, and at most one block per
-// launch is partly idle. `max_tensors` may be lowered below the table capacity (tests do).
+// Packs every non-empty tensor, in order, into launches of at most `max_tensors` slots and
+// kMaxElementsPerLaunch elements (a launch is closed only when full), and `chunk_elements`-
+// element blocks:
+//   for each tensor t with size > 0, while elements of t remain:
+//     if the current table is full (max_tensors slots or kMaxElementsPerLaunch elements):
+//       close it, open a new one
+//     slot = next free slot: the next min(remaining, room) elements of t
+//   each table: num_blocks = ceil(elements / chunk_elements)
+// So a model needs ceil(non-empty tensors / max_tensors) launches (below 2^30 elements per
+// launch), and at most one block per launch is partly idle. `max_tensors` may be lowered
+// below the table capacity (tests do).
 std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
                                       int64_t chunk_elements = kGpuChunkElements,
                                       int max_tensors = kMaxTensorsPerLaunch);

@@ -41,6 +41,9 @@ namespace tfamp {
 // Storage type of one gradient tensor; the values index the kernels' dispatch tables.
 enum ElementType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// Bytes of one element of storage type `type`.
+TFAMP_HOST_DEVICE int ElementBytes(ElementType type) { return type == kFloat32 ? 4 : 2; }
+
 TFAMP_HOST_DEVICE uint32_t FloatBits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);

@@ -10,7 +10,8 @@
 
 namespace {
 
-const uintptr_t kFakeStride = 1 << 12;
+// Beyond any piece offset a plan makes (kMaxElementsPerLaunch float32 elements is 4 GiB).
+const uintptr_t kFakeStride = uintptr_t{1} << 40;
 
 std::vector<tfamp::TensorRef> FakeTensors(const int64_t* sizes, const int32_t* types, int n) {
   std::vector<tfamp::TensorRef> tensors(n);
@@ -35,7 +36,8 @@ void tfamp_test_plan_limits(int* max_tensors, int64_t* chunk_elements) {
 
 // Writes, for each launch of PlanLaunches:
 //   num_tensors, num_blocks, chunk_elements, number of parts,
-//   per slot: tensor index, first, size, element type, 1 if `out` belongs to the same tensor
+//   per slot: tensor index, first, size, element type, 1 if `out` belongs to the same tensor,
+//             the slot's first element within its tensor (nonzero for a tensor's later pieces)
 //   per part (ForEachPartOfBlock, block after block, as the kernel walks them):
 //             block, slot, first element, end element
 // Returns the number of int64 written, or -1 if `capacity` is too small.
@@ -64,10 +66,12 @@ int64_t tfamp_test_plan_launches(const int64_t* sizes, const int32_t* types, int
     for (int s = 0; s < t.num_tensors; ++s) {
       const uintptr_t in = reinterpret_cast<uintptr_t>(t.in[s]);
       flat.push_back(static_cast<int64_t>(in / kFakeStride) - 1);
-      flat.push_back(t.first[s]);
-      flat.push_back(t.first[s + 1] - t.first[s]);
-      flat.push_back(t.type[s]);
+      flat.push_back(tfamp::SlotStart(t, s));
+      flat.push_back(tfamp::SlotStart(t, s + 1) - tfamp::SlotStart(t, s));
+      flat.push_back(tfamp::SlotType(t, s));
       flat.push_back(reinterpret_cast<uintptr_t>(t.out[s]) == in + 8 ? 1 : 0);
+      flat.push_back(static_cast<int64_t>(in % kFakeStride) /
+                     tfamp::ElementBytes(tfamp::SlotType(t, s)));
     }
     flat.insert(flat.end(), parts.begin(), parts.end());
   }

@@ -24,6 +24,7 @@ from repo_paths import BENCHMARKS
 from tfamp_rewrite.fused_op import build as fused_op_build
 
 I64P = ctypes.POINTER(ctypes.c_int64)
+MAX_ELEMENTS_PER_LAUNCH = 2**30 - 1  # launch_plan.h: kMaxElementsPerLaunch
 I32P = ctypes.POINTER(ctypes.c_int32)
 
 
@@ -64,7 +65,7 @@ def _as_c(array, ctype):
 class Plan(collections.namedtuple("Plan", "launches slots parts")):
     """A plan as arrays over all launches:
     launches int64[L, 3]: (num_tensors, num_blocks, chunk_elements)
-    slots    int64[S, 6]: (launch, tensor, first, size, type, out_ok)
+    slots    int64[S, 7]: (launch, tensor, first, size, type, out_ok, offset in the tensor)
     parts    int64[P, 5]: (launch, block, slot, begin, end), in the order blocks walk them"""
 
     __slots__ = ()
@@ -77,7 +78,8 @@ def plan_launches(planner, sizes, types, chunk, max_tensors) -> Plan:
     sizes = np.asarray(sizes, np.int64)
     types = np.asarray(types, np.int32)
     blocks = int(((sizes + chunk - 1) // chunk).sum()) + len(sizes)  # bounds blocks and launches
-    out = np.empty(4 * len(sizes) + 5 * len(sizes) + 4 * (blocks + len(sizes)) + 16, np.int64)
+    slots = len(sizes) + 16 + int(sizes.sum()) // MAX_ELEMENTS_PER_LAUNCH  # pieces included
+    out = np.empty(4 * len(sizes) + 6 * slots + 4 * (blocks + slots) + 16, np.int64)
     n = planner.tfamp_test_plan_launches(_as_c(sizes, ctypes.c_int64), _as_c(types, ctypes.c_int32),
                                          len(sizes), chunk, max_tensors,
                                          _as_c(out, ctypes.c_int64), out.size)
@@ -89,12 +91,12 @@ def plan_launches(planner, sizes, types, chunk, max_tensors) -> Plan:
         launches.append((num_tensors, num_blocks, launch_chunk))
         i += 4
         slots.append(np.c_[np.full(num_tensors, number),
-                           out[i:i + 5 * num_tensors].reshape(num_tensors, 5)])
-        i += 5 * num_tensors
+                           out[i:i + 6 * num_tensors].reshape(num_tensors, 6)])
+        i += 6 * num_tensors
         parts.append(np.c_[np.full(num_parts, number), out[i:i + 4 * num_parts].reshape(num_parts, 4)])
         i += 4 * num_parts
     if not launches:
-        return Plan(np.zeros((0, 3), np.int64), np.zeros((0, 6), np.int64),
+        return Plan(np.zeros((0, 3), np.int64), np.zeros((0, 7), np.int64),
                     np.zeros((0, 5), np.int64))
     return Plan(np.array(launches, np.int64), np.concatenate(slots), np.concatenate(parts))
 
@@ -125,8 +127,8 @@ def check_plan(planner, sizes, chunk, max_tensors, rng) -> Plan:
     assert np.all(chunks == chunk) and np.all((num_tensors >= 1) & (num_tensors <= max_tensors))
     assert np.all(num_tensors[:-1] == max_tensors)  # a launch is closed only when it is full
     # Slots: the non-empty tensors in order, each once, back to back within a launch.
-    launch, tensor, first, size, element_type, out_ok = plan.slots.T
-    assert np.array_equal(tensor, np.flatnonzero(sizes))
+    launch, tensor, first, size, element_type, out_ok, offset = plan.slots.T
+    assert np.array_equal(tensor, np.flatnonzero(sizes)) and not offset.any()
     assert np.array_equal(size, sizes[tensor]) and np.array_equal(element_type, types[tensor])
     assert np.all(out_ok == 1)
     slot_end = np.cumsum(size)
@@ -194,6 +196,32 @@ def test_small_tensors_share_blocks_and_big_ones_stay_in_one_launch(planner, lim
     # The block holding the huge tensor's end also holds the next two tensors.
     parts = plan.parts_of(0)
     assert parts[parts[:, 0] == 5000][:, 1].tolist() == [0, 1, 2]
+
+
+def test_tensors_beyond_a_launchs_elements_are_cut_into_pieces(planner, limits):
+    """A launch holds fewer than 2^30 elements (30 bits per slot start): a bigger list spans
+    launches, a bigger tensor is cut into slots whose pointers advance by the elements before
+    them; every element is still covered once, in order."""
+    max_tensors, _ = limits
+    chunk = 2**24
+    sizes = np.array([MAX_ELEMENTS_PER_LAUNCH + 5, 3, 2**31, 7], np.int64)
+    types = np.array([0, 1, 2, 0], np.int32)
+    plan = plan_launches(planner, sizes, types, chunk, max_tensors)
+    launch, tensor, first, size, element_type, out_ok, offset = plan.slots.T
+    totals = np.bincount(launch, weights=size).astype(np.int64)
+    assert np.all(totals <= MAX_ELEMENTS_PER_LAUNCH)
+    assert np.all(totals[:-1] == MAX_ELEMENTS_PER_LAUNCH)  # closed only when full
+    assert np.all(out_ok == 1) and np.array_equal(element_type, types[tensor])
+    for t, n in enumerate(sizes):
+        pieces = tensor == t
+        assert np.array_equal(offset[pieces], np.r_[0, np.cumsum(size[pieces])[:-1]])
+        assert size[pieces].sum() == n
+    assert np.array_equal(plan.launches[:, 1], -(-totals // chunk))
+    launch_of_part, block, slot, begin, end = plan.parts.T
+    launch_start = np.r_[0, np.flatnonzero(np.diff(launch)) + 1]
+    rows = launch_start[launch_of_part] + slot
+    assert_covers_each_element_once(tensor[rows], begin + offset[rows], end + offset[rows],
+                                    sizes)
 
 
 def test_long_lists_need_one_launch_per_table_of_tensors(planner, limits):

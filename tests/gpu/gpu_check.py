@@ -49,7 +49,7 @@ PREFIX = "test-gpu:"
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 SANITIZER_ERROR_EXIT = 86
 CHUNK_SWEEP = (4096, 8192, 16384, 32768, 65536)
-LAUNCH_SWEEP = (160, 80, 40, 20)  # tensors per launch: what each launch boundary costs
+LAUNCH_SWEEP = (203, 80, 40, 20)  # tensors per launch: what each launch boundary costs
 KINDS = ("float32", "float16", "bfloat16")
 
 
