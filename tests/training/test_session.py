@@ -72,6 +72,15 @@ def test_bad_numerics_setting_names_the_choices(cpu_target, monkeypatch):
         Session(graph=probe_graph())
 
 
+def test_a_session_refused_by_its_arguments_is_collected_quietly(cpu_target, monkeypatch):
+    """TensorFlow's __del__ runs on the half-made session: it must find what it reads."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "fast")
+    session = Session.__new__(Session)
+    with pytest.raises(ValueError, match="TFAMP_REWRITE_NUMERICS"):
+        session.__init__(graph=probe_graph())
+    session.__del__()
+
+
 def test_user_graph_is_never_changed(cpu_target):
     graph = probe_graph()
     before = graph.as_graph_def().SerializeToString(deterministic=True)

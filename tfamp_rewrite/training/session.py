@@ -45,6 +45,9 @@ class _RewritingSession:
 
     def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None, compat=None,
                  auto_fix=None):
+        # TensorFlow's __del__ reads _session; a bad argument raises below before
+        # BaseSession.__init__ would set it.
+        self._session = None
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
