@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerMultiprocessor)
   const ElementRange block = BlockElements(table, blockIdx.x);
   const int first_slot = SlotOfElement(table, block.begin);
   const float s = *inv_scale;
-  const bool finite = (FloatBits(s) & 0x7f800000u) != 0x7f800000u;
+  const bool finite = !Element<kFloat32>::IsNonFinite(FloatBits(s));
   const uint32_t nonfinite = UnscaleSlotsOfType<kFloat32>(table, block, first_slot, s, finite) |
                              UnscaleSlotsOfType<kFloat16>(table, block, first_slot, s, finite) |
                              UnscaleSlotsOfType<kBFloat16>(table, block, first_slot, s, finite);

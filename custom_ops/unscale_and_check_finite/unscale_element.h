@@ -87,7 +87,7 @@ struct Element<kFloat32> {
   static TFAMP_HOST_DEVICE float ToFloat(Bits b) { return BitsToFloat(b); }
   static TFAMP_HOST_DEVICE Bits FromFloat(float f) { return FloatBits(f); }
   static TFAMP_HOST_DEVICE Bits FromNonNaNFloat(float f) { return FromFloat(f); }
-  // Packed exponent test (PackedNonFinite): the exponent field of each lane, and its low bit.
+  // ExponentCarries (below): the exponent field of each lane, its low bit, the lanes' top bits.
   static const uint32_t kExponentMask = 0x7f800000u;
   static const uint32_t kExponentLowBit = 0x00800000u;
   static const uint32_t kLaneTopBits = 0x80000000u;

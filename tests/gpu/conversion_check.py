@@ -26,6 +26,7 @@ import collections
 from typing import List
 
 import numpy as np
+from unscale_reference import from_float32, is_nan, require_ieee_denormals, to_float32
 
 CANONICAL_FLOAT_NAN = 0x7FFFFFFF
 CANONICAL_HALF_NAN = 0x7FFF
@@ -72,13 +73,9 @@ def float32_boundaries() -> np.ndarray:
     return np.unique(bits).astype(np.uint32)
 
 
-def _is_nan32(bits):
-    return (bits & 0x7FFFFFFF) > 0x7F800000
-
-
 def half_to_float(bits: np.ndarray, canonical_nan: bool) -> np.ndarray:
-    out = bits.view(np.float16).astype(np.float32).view(np.uint32)
-    nan = (bits & 0x7FFF) > 0x7C00
+    out = to_float32("float16", bits).view(np.uint32)
+    nan = is_nan("float16", bits)
     if canonical_nan:
         return np.where(nan, np.uint32(CANONICAL_FLOAT_NAN), out)
     # Portable: sign and payload moved into place, as they are (the multiply quiets it).
@@ -88,27 +85,26 @@ def half_to_float(bits: np.ndarray, canonical_nan: bool) -> np.ndarray:
 
 
 def float_to_half(bits: np.ndarray, canonical_nan: bool) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        out = bits.view(np.float32).astype(np.float16).view(np.uint16)
-    nan = _is_nan32(bits)
+    out = from_float32("float16", bits.view(np.float32))
+    nan = is_nan("float32", bits)
     if canonical_nan:
         return np.where(nan, np.uint16(CANONICAL_HALF_NAN), out)
+    # Portable: sign, quiet bit and the payload's top bits (numpy does not set the quiet bit).
     portable = (((bits >> 16) & 0x8000) | 0x7E00 | ((bits >> 13) & 0x3FF)).astype(np.uint16)
     return np.where(nan, portable, out)
 
 
 def float_to_bfloat16(bits: np.ndarray, canonical_nan: bool) -> np.ndarray:
-    wide = bits.astype(np.uint64)
-    rounded = ((wide + 0x7FFF + ((wide >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = _is_nan32(bits)
-    quiet = ((bits >> 16) | 0x0040).astype(np.uint16)
-    return np.where(nan, np.uint16(CANONICAL_HALF_NAN) if canonical_nan else quiet, rounded)
+    out = from_float32("bfloat16", bits.view(np.float32))  # NaN: the portable quiet NaN
+    if canonical_nan:
+        return np.where(is_nan("float32", bits), np.uint16(CANONICAL_HALF_NAN), out)
+    return out
 
 
 def multiply(bits: np.ndarray, scale: float) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         product = (bits.view(np.float32) * np.float32(scale)).view(np.uint32)
-    return np.where(_is_nan32(product), np.uint32(CANONICAL_FLOAT_NAN), product)
+    return np.where(is_nan("float32", product), np.uint32(CANONICAL_FLOAT_NAN), product)
 
 
 def model(conversion: Conversion, inputs: np.ndarray, scale: float = 1.0) -> np.ndarray:
@@ -125,8 +121,6 @@ def model(conversion: Conversion, inputs: np.ndarray, scale: float = 1.0) -> np.
 
 def check_conversions(harness, major: int) -> List[ConversionResult]:
     """Every conversion of the probe kernel on every input, against the model."""
-    from unscale_reference import require_ieee_denormals
-
     require_ieee_denormals()
     halves, floats = every_half_pattern(), float32_boundaries()
     results = []

@@ -194,8 +194,10 @@ def report_bandwidth(harness, models, iterations: int, emulated: bool) -> None:
     from model_gradients import model_sizes
 
     note = " (emulated: CPU times, not GPU figures)" if emulated else ""
+    from peer_timing import load_torch, time_peers
+
     torch, why_no_peers = (None, "emulated run: no GPU to time peers on") if emulated else \
-        load_peers()
+        load_torch()
     say(f"{PREFIX} bandwidth, {iterations} calls per measurement{note}:")
     if torch is None:
         say(f"  PyTorch and composite columns empty: {why_no_peers}")
@@ -212,8 +214,6 @@ def report_bandwidth(harness, models, iterations: int, emulated: bool) -> None:
                 label = f"{model} {kind}{' in place' if in_place else ''}"
                 row = measure(harness, label, sizes, kind, iterations, in_place=in_place)
                 if torch is not None:
-                    from peer_timing import time_peers
-
                     peers = time_peers(torch, sizes, kind, iterations, in_place)
                     for name, value in zip(peers._fields, peers):
                         if isinstance(value, str):
@@ -274,11 +274,6 @@ def compare_variants(args, gpu, toolchain, default_harness, workdir: Path) -> bo
                     say("  " + format_rows([row])[-1])
     return ok
 
-
-def load_peers():
-    from peer_timing import load_torch
-
-    return load_torch()
 
 
 def run_sanitizers(args, harness, toolchain, workdir: Path) -> bool:

@@ -32,7 +32,6 @@ EMULATION = HERE / "emulation"
 HARNESS_SOURCE = HERE / "harness_capi.cu"
 GPU_LIBRARY = "libtfamp_kernel_harness_gpu.so"
 EMULATION_LIBRARY = "libtfamp_kernel_harness_emulated_sm{arch}.so"
-EMULATED_ARCHS = (75, 90)  # below and above sm_80, where bfloat16 gains its instruction
 KERNEL_NAME = "UnscaleAndCheckFiniteKernel"
 
 EMULATION_FLAGS = ("-std=c++14", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
@@ -202,10 +201,8 @@ def conversion_instructions(archs: Sequence[int], toolchain=None) -> Dict[int, D
     return counts
 
 
-def build_emulation(directory: Path, address_sanitizer: bool = False, arch: int = 75,
-                    extra_flags: Sequence[str] = ()) -> Path:
-    """The harness against the grid emulation of an ``sm_<arch>`` device, compiled by ``$CXX``
-    (plus ``extra_flags``, e.g. a -D of a kernel variant)."""
+def build_emulation(directory: Path, address_sanitizer: bool = False, arch: int = 75) -> Path:
+    """The harness against the grid emulation of an ``sm_<arch>`` device, compiled by ``$CXX``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     library = directory / EMULATION_LIBRARY.format(arch=arch)
@@ -214,7 +211,7 @@ def build_emulation(directory: Path, address_sanitizer: bool = False, arch: int 
     else:
         optimise = ["-O2"]
     _run([os.environ.get("CXX", "g++"), *EMULATION_FLAGS, *optimise,
-          f"-DTFAMP_EMULATED_CUDA_ARCH={10 * arch}", *extra_flags,
+          f"-DTFAMP_EMULATED_CUDA_ARCH={10 * arch}",
           "-I", str(EMULATION), "-I", str(OP_SOURCES),
           "-x", "c++", str(OP_SOURCES / "gpu_launch.cu"), str(HARNESS_SOURCE),
           "-x", "none", str(OP_SOURCES / "launch_plan.cc"), str(EMULATION / "emulation_capi.cc"),
