@@ -260,7 +260,9 @@ def build_libraries(force: bool = False, tensorflow: TensorFlowBuild = None) -> 
         "tensorflow": tf_version,
         "cxx": _compiler_identity(cxx),
         "nvcc": cuda.identity if cuda else None,
-        "steps": [step.argv for step in steps],
+        # Where the sources lie is not part of what is built: the editable checkout and a
+        # wheel installed from it share one build (the digest says the sources are the same).
+        "steps": [[arg.replace(str(src), "<sources>") for arg in step.argv] for step in steps],
         "sources": _sources_digest(src),
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
