@@ -2,11 +2,13 @@
 
 Each program of the corpus (``tests/support/program_corpus.py``) runs unchanged three ways
 at seed 0 -- fp32, zero-code AMP (``TF_ENABLE_AUTO_MIXED_PRECISION=1``) and ``tfamp-run`` --
-with the rewrite on the CPU emulating a Tensor Core GPU's numerics.  Each run must finish,
-the AMP runs must log a rewrite that converted nodes, and both AMP final losses must be
-within the program's tolerance of fp32's (its measured seed-to-seed spread, see the corpus).
-The programs must also build what they stand for (their op types under TF1 behaviour), and
-zero-code AMP must put loss scaling on each of them.
+with the rewrite on the CPU emulating a Tensor Core GPU's numerics.  Zero-code AMP runs each
+program in a process of its own, as users run it; the fp32 references and ``tfamp-run`` run
+the corpus as one batch each (a process start costs more than most programs' training).
+Each run must finish, the AMP runs must log a rewrite that converted nodes, and both AMP
+final losses must be within the program's tolerance of fp32's (its measured seed-to-seed
+spread, see the corpus).  The programs must also build what they stand for (their op types
+under TF1 behaviour), and AMP must put loss scaling on each of their optimizers.
 """
 import pytest
 from program_corpus import (
@@ -14,11 +16,12 @@ from program_corpus import (
     comparison_problems,
     describe_problems,
     finish,
-    graph_facts,
+    finish_batch,
     program,
     relative_difference,
-    run_modes,
+    run_program,
     start,
+    start_batch,
     unavailable_reason,
 )
 
@@ -36,11 +39,14 @@ def _available_names():
 
 
 @pytest.fixture(scope="module")
-def zero_code_graphs():
-    """Op types and loss-scale variables of each program's session graphs: two steps with
-    ``TF_ENABLE_AUTO_MIXED_PRECISION=1``, all programs in one process.  (The sessions'
-    graphs are the programs' own, which AMP leaves as they are but for loss scaling.)"""
-    return graph_facts(_available_names(), mode="zero_code")
+def batches():
+    """``{"fp32": {name: RunResult}, "tfamp_run": {...}}``: the available programs run one after
+    the other in one process per mode, the two processes side by side.  The ``tfamp-run``
+    results also hold the op types and loss-scale variables of each program's session graphs
+    (the programs' own graphs, which AMP leaves as they are but for loss scaling)."""
+    started = [start_batch(_available_names(), mode) for mode in ("fp32", "tfamp_run")]
+    fp32, launched = (finish_batch(item) for item in started)
+    return {"fp32": fp32, "tfamp_run": launched}
 
 
 def test_corpus_has_at_least_ten_programs():
@@ -49,17 +55,18 @@ def test_corpus_has_at_least_ten_programs():
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
-def test_program_trains_alike_in_fp32_and_amp(entry):
+def test_program_trains_alike_in_fp32_and_amp(entry, batches):
     _skip_if_unavailable(entry)
-    results = run_modes(entry)  # the three runs overlap: two cores, much of each is start-up
+    results = {"fp32": batches["fp32"][entry.name], "zero_code": run_program(entry, "zero_code"),
+               "tfamp_run": batches["tfamp_run"][entry.name]}
     problems = comparison_problems(entry, results)
     assert not problems, "\n".join(problems) + "\n" + describe_problems(results)
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
-def test_program_builds_the_tf1_pattern_it_stands_for(entry, zero_code_graphs):
+def test_program_builds_the_tf1_pattern_it_stands_for(entry, batches):
     _skip_if_unavailable(entry)
-    facts = zero_code_graphs[entry.name]
+    facts = batches["tfamp_run"][entry.name].graph
     op_types = set(facts["op_types"])
     assert set(entry.exercises) <= op_types, "missing: %s" % sorted(set(entry.exercises) - op_types)
     # The program's variables are TF1 reference variables (TensorFlow 2's tf.Variable would be a
@@ -69,21 +76,21 @@ def test_program_builds_the_tf1_pattern_it_stands_for(entry, zero_code_graphs):
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
-def test_zero_code_amp_scales_the_loss_of_each_optimizer(entry, zero_code_graphs):
+def test_amp_scales_the_loss_of_each_optimizer(entry, batches):
     _skip_if_unavailable(entry)
-    variables = zero_code_graphs[entry.name]["loss_scale_variables"]
+    variables = batches["tfamp_run"][entry.name].graph["loss_scale_variables"]
     scales = [name for name in variables if name.endswith("/current_loss_scale")]
     assert len(scales) == entry.optimizers, variables
 
 
-def test_the_vae_heals_under_the_newest_pass():
+def test_the_vae_heals_under_the_newest_pass(batches):
     """TensorFlow >= 2.20's pass (compat latest: infer-after-allow for float16) runs the VAE's
     ``log(1e-10 + p)`` and the Reciprocal of its gradient in float16; p < 1.5e-5 overflows the
     Reciprocal, and later the loss turns nan.  Unchanged and unhelped, every step would be
     skipped from then on; the session names the tensors, keeps them float32 and trains on."""
     entry = program("vae")
-    runs = [start(entry, "fp32"), start(entry, "zero_code", extra_env={"TFAMP_REWRITE_COMPAT": "latest"})]
-    fp32, amp = (finish(run) for run in runs)
+    fp32 = batches["fp32"]["vae"]
+    amp = finish(start(entry, "zero_code", extra_env={"TFAMP_REWRITE_COMPAT": "latest"}))
     assert fp32.problem() is None and amp.problem() is None, amp.tail
     assert amp.compat == "latest" and amp.heals >= 1, amp.tail
     warnings = [m for m in amp.product_messages if "training steps are being skipped" in m]

@@ -1,13 +1,19 @@
 """A corpus of TF1-era training programs (``tests/programs/*.py``) run as users run them.
 
 Each program is a plain script -- TF1 behaviour, its own seeded data, ``--seed`` -- whose
-last stdout line is ``final loss: <float>``.  ``run_program`` runs one in a new process in
-one of three modes:
+last stdout line is ``final loss: <float>``.  It runs in one of three modes:
 
 * ``fp32``: ``python program.py``;
 * ``zero_code``: the same with ``TF_ENABLE_AUTO_MIXED_PRECISION=1 TFAMP_REWRITE_TARGET=cpu
   TFAMP_REWRITE_NUMERICS=emulate`` (NVIDIA's variable; the start-up hook does the rest);
 * ``tfamp_run``: ``python -m tfamp_rewrite.training.run --target cpu --numerics emulate program.py``.
+
+``run_program`` runs one program in a new process, as a user does; ``run_batch`` runs many in
+one new process in the mode, one after the other, each in a graph of its own and as
+``__main__`` with its own ``sys.argv``.  A process's start (importing TensorFlow, seconds)
+costs more than most programs' training, so the suite runs zero-code AMP -- the path users
+take -- one process per program, and the fp32 references and ``tfamp-run`` as one batch
+each; the two AMP modes must then agree (see ``comparison_problems``).
 
 Children get ``TF_CPP_MIN_LOG_LEVEL=0``, so each session that rewrites logs its summary line
 (``tfamp_rewrite: session graph rewritten: converted N of M eligible nodes ...; compat=...``);
@@ -167,6 +173,7 @@ class RunResult:
     heals: int = 0  # "tfamp_rewrite: healed: ..." lines: nodes the session kept float32
     stdout: str = ""
     stderr: str = ""
+    graph: dict = field(default_factory=dict)  # batch runs: what _run_here records of its sessions' graphs
 
     @property
     def tail(self) -> str:
@@ -254,12 +261,79 @@ def run_program(entry: Program, mode: str, seed: int = 0, extra_args=(), extra_e
 
 
 def run_modes(entry: Program, modes=MODES, seed: int = 0, concurrent: bool = True) -> dict:
-    """``{mode: RunResult}`` for ``entry``; the runs overlap unless ``concurrent`` is False
-    (then each one's seconds is its own wall time, not shared with the others)."""
+    """``{mode: RunResult}`` for ``entry``, each mode in a process of its own; the runs
+    overlap unless ``concurrent`` is False (then each one's seconds is its own wall time)."""
     if not concurrent:
         return {mode: run_program(entry, mode, seed) for mode in modes}
     started = [start(entry, mode, seed) for mode in modes]
     return {item[1]: finish(item) for item in started}
+
+
+_BATCH_BEGIN = "program_corpus: begin "
+
+
+def start_batch(names, mode: str, seed: int = 0, steps=None):
+    """Starts ``run_batch`` of ``names`` in ``mode``; ``finish_batch`` collects it."""
+    command_line = [sys.executable] + (_LAUNCHER if mode == "tfamp_run" else [])
+    command_line += [os.path.abspath(__file__), "--batch", "--seed", str(seed)]
+    command_line += ["--steps", str(steps)] if steps else []
+    for name in names:
+        command_line += ["--only", program(name).name]
+    process = subprocess.Popen(command_line, cwd=REPO, env=environment(mode), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    return list(names), mode, process
+
+
+def finish_batch(started) -> dict:
+    """``{name: RunResult}`` of a batch; ``RuntimeError`` with its output if the batch itself
+    failed (a program that fails only fails its own ``RunResult``)."""
+    names, mode, process = started
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S * max(1, len(names)))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    lines = stdout.strip().splitlines()
+    if process.returncode != 0 or not lines:
+        raise RuntimeError("the %s batch of %s failed with status %s:\n%s" % (
+            mode, ", ".join(names), process.returncode, stderr[-4000:]))
+    runs = json.loads(lines[-1])
+    # Each program's stderr is the part after its begin marker (the product's log lines included).
+    segments = {}
+    for part in stderr.split(_BATCH_BEGIN)[1:]:
+        name, _, text = part.partition("\n")
+        segments[name] = text
+    results = {}
+    for name in names:
+        run = runs[name]
+        result = parse_run(name, mode, run["returncode"], run["seconds"], run["stdout"],
+                           segments.get(name, "") + run["error"])
+        result.graph = run["graph"]
+        results[name] = result
+    return results
+
+
+def run_batch(names, mode: str, seed: int = 0, steps=None) -> dict:
+    """Runs the named programs one after the other in one new process in ``mode`` (``fp32`` or
+    ``tfamp_run``; ``zero_code`` too) and returns ``{name: RunResult}``.  Each result's
+    ``graph`` holds the op types, loss-scale variables and resource variables of the graphs
+    of the sessions the program created; ``seconds`` is the program's own time, start-up
+    excluded.  ``steps`` overrides the programs' own step counts."""
+    return finish_batch(start_batch(names, mode, seed, steps))
+
+
+def corpus_results(names, seed: int = 0, concurrent: bool = True):
+    """``{name: {mode: RunResult}}``: the fp32 and ``tfamp-run`` batches (overlapping unless
+    ``concurrent`` is False), then zero-code AMP one process per program, yielded program by
+    program as ``(name, {mode: RunResult})``."""
+    if concurrent:
+        started = [start_batch(names, mode, seed) for mode in ("fp32", "tfamp_run")]
+        fp32, launched = (finish_batch(item) for item in started)
+    else:
+        fp32, launched = (run_batch(names, mode, seed) for mode in ("fp32", "tfamp_run"))
+    for name in names:
+        zero_code = run_program(program(name), "zero_code", seed)
+        yield name, {"fp32": fp32[name], "zero_code": zero_code, "tfamp_run": launched[name]}
 
 
 def relative_difference(amp: float, fp32: float) -> float:
@@ -327,7 +401,7 @@ def measure_spread(entry: Program, seeds=range(5)) -> tuple:
     """(fp32 final losses by seed, max relative difference of seeds 1.. from the first)."""
     losses = []
     for seed in seeds:
-        result = run_program(entry, "fp32", seed)
+        result = run_batch([entry.name], "fp32", seed)[entry.name]
         if result.problem():
             raise RuntimeError(result.problem() + "\n" + result.tail)
         losses.append(result.final_loss)
@@ -335,12 +409,17 @@ def measure_spread(entry: Program, seeds=range(5)) -> tuple:
     return losses, spread
 
 
-def _graph_facts_here(names, steps: int) -> dict:
-    """Runs each named program in this process for ``steps`` steps (its output discarded) and
-    returns ``{name: {"op_types", "loss_scale_variables", "resource_variables": [...]}}`` over the graphs of
-    the sessions it created.  Called in a child process: the programs disable v2 behaviour."""
+def _run_here(names, seed: int, steps) -> dict:
+    """Runs each named program in this process, as ``__main__`` in a graph of its own with
+    ``--seed seed`` (and ``--steps steps``), and returns ``{name: {"returncode", "seconds",
+    "stdout", "error", "graph": {"op_types", "loss_scale_variables", "resource_variables"}}}``
+    over the graphs of the sessions it created.  Called in a child process (``--batch``): the
+    programs disable v2 behaviour themselves.  Before each program, stderr gets a begin marker
+    line, so that the parent can give each its own log lines."""
     import contextlib
+    import io
     import runpy
+    import traceback
 
     import tensorflow as tf
     from tensorflow.python.client import session as session_lib
@@ -353,43 +432,38 @@ def _graph_facts_here(names, steps: int) -> dict:
         graphs.append(self.graph)
 
     session_lib.BaseSession.__init__ = recording_init
-    facts = {}
+    runs = {}
     for name in names:
         entry = program(name)
         del graphs[:]
-        saved_argv = sys.argv
-        sys.argv = [entry.path, "--steps", str(steps)]
+        sys.stderr.write(_BATCH_BEGIN + name + "\n")
+        sys.stderr.flush()
+        saved_argv, stdout, error, returncode = sys.argv, io.StringIO(), "", 0
+        sys.argv = [entry.path, "--seed", str(seed)] + (["--steps", str(steps)] if steps else [])
+        began = time.time()
         try:
-            with tf.Graph().as_default(), contextlib.redirect_stdout(sys.stderr):
+            with tf.Graph().as_default(), contextlib.redirect_stdout(stdout):
                 runpy.run_path(entry.path, run_name="__main__")
+        except SystemExit as stop:
+            returncode = 0 if stop.code in (None, 0) else 1
+        except Exception:  # noqa: BLE001 -- the program's failure is its result, not the batch's
+            error, returncode = traceback.format_exc(), 1
         finally:
             sys.argv = saved_argv
         operations = [op for graph in {id(graph): graph for graph in graphs}.values()
                       for op in graph.get_operations()]
-        facts[name] = {
-            "op_types": sorted({op.type for op in operations}),
-            "loss_scale_variables": sorted({op.name for op in operations if "loss_scale" in op.name
-                                            and op.type in ("VariableV2", "VarHandleOp")}),
-            "resource_variables": sorted({op.name for op in operations if op.type == "VarHandleOp"}),
+        runs[name] = {
+            "returncode": returncode, "seconds": time.time() - began, "stdout": stdout.getvalue(),
+            "error": error,
+            "graph": {
+                "op_types": sorted({op.type for op in operations}),
+                "loss_scale_variables": sorted({op.name for op in operations if "loss_scale" in op.name
+                                                and op.type in ("VariableV2", "VarHandleOp")}),
+                "resource_variables": sorted({op.name for op in operations if op.type == "VarHandleOp"}),
+            },
         }
-    return facts
-
-
-def graph_facts(names, mode: str = "fp32", steps: int = 2) -> dict:
-    """``_graph_facts_here`` of the named programs, run in one new process in ``mode``."""
-    entries = [program(name) for name in names]
-    prefix = [sys.executable]
-    if mode == "tfamp_run":
-        prefix += _LAUNCHER
-    command_line = prefix + [os.path.abspath(__file__), "--graph-facts", "--steps", str(steps)]
-    for entry in entries:
-        command_line += ["--only", entry.name]
-    completed = subprocess.run(command_line, cwd=REPO, env=environment(mode), capture_output=True, text=True,
-                               timeout=RUN_TIMEOUT_S)
-    if completed.returncode != 0:
-        raise RuntimeError("graph facts of %s (%s) failed with status %d:\n%s" % (
-            ", ".join(names), mode, completed.returncode, completed.stderr[-4000:]))
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    sys.stderr.flush()
+    return runs
 
 
 def main(argv=None) -> int:
@@ -397,34 +471,34 @@ def main(argv=None) -> int:
     parser.add_argument("--only", action="append", help="run only this program (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sequential", action="store_true",
-                        help="one run at a time, so that the seconds are each run's own")
+                        help="one process at a time, so that the seconds are each run's own")
     parser.add_argument("--spread", action="store_true",
                         help="measure the fp32 final loss over seeds 0..4 instead "
                              "(what the tolerances rest on)")
-    parser.add_argument("--graph-facts", action="store_true",
-                        help="instead print, as JSON, the op types of the programs' session graphs "
-                             "(each run here for --steps steps)")
-    parser.add_argument("--steps", type=int, default=2, help="with --graph-facts")
+    parser.add_argument("--batch", action="store_true",
+                        help="run the programs in this process and print, as JSON, what each did "
+                             "(run_batch's child)")
+    parser.add_argument("--steps", type=int, help="with --batch: instead of each program's own step count")
     args = parser.parse_args(argv)
     entries = [program(name) for name in args.only] if args.only else list(CORPUS)
-    if args.graph_facts:
-        names = [entry.name for entry in entries if not unavailable_reason(entry)]
-        print(json.dumps(_graph_facts_here(names, args.steps)))
+    names = [entry.name for entry in entries if not unavailable_reason(entry)]
+    if args.batch:
+        runs = _run_here(names, args.seed, args.steps)
+        print(json.dumps(runs))
         return 0
-    rows, failures = [], []
-    if not args.spread:
-        print(format_table([]), flush=True)
     for entry in entries:
-        reason = unavailable_reason(entry)
-        if reason:
-            print("%s: skipped: %s" % (entry.name, reason), flush=True)
-            continue
-        if args.spread:
+        if entry.name not in names:
+            print("%s: skipped: %s" % (entry.name, unavailable_reason(entry)), flush=True)
+    if args.spread:
+        for entry in (program(name) for name in names):
             losses, spread = measure_spread(entry)
             print("%s: fp32 final loss by seed %s; spread %.4f; tolerance %.2f" % (
                 entry.name, ", ".join("%.4g" % loss for loss in losses), spread, entry.tolerance), flush=True)
-            continue
-        results = run_modes(entry, seed=args.seed, concurrent=not args.sequential)
+        return 0
+    rows, failures = [], []
+    print(format_table([]), flush=True)
+    for name, results in corpus_results(names, args.seed, concurrent=not args.sequential):
+        entry = program(name)
         rows.append(table_row(entry, results))
         print(format_table(rows[-1:], header=False), flush=True)
         problems = comparison_problems(entry, results)
