@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from example_runs import EXAMPLES
 
 
+@pytest.mark.own_processes("the demo is a script of its own, run in a new process")
 def test_demo_prints_both_runs_and_writes_the_plot(tmp_path):
     command = [sys.executable, os.path.join(EXAMPLES, "demo.py"), "--steps", "12", "--out", str(tmp_path)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

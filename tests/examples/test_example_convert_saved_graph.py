@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from repo_paths import EXAMPLES
 
 EXAMPLE = os.path.join(EXAMPLES, "convert_saved_graph", "run.py")
 
 
+@pytest.mark.own_processes("the example is a script of its own, run in a new process")
 def test_example_converts_validates_and_times(tmp_path):
     command = [sys.executable, EXAMPLE, "--out", str(tmp_path / "out"), "--runs", "1", "--batch", "4"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600,

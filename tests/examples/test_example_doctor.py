@@ -14,6 +14,7 @@ from repo_paths import EXAMPLES
 from tfamp_rewrite.saved_graph import report_schema
 
 BENCHMARK = ["--mode", "training_benchmark", "--num_iter", "20", "--warmup_steps", "1"]
+pytestmark = pytest.mark.own_processes("tfamp-rewrite doctor runs the example in a process of its own")
 
 
 @pytest.mark.parametrize("name, flags", [("resnet50", TINY_RESNET), ("transformer", TINY_TRANSFORMER)])

@@ -59,6 +59,8 @@ def test_results_json_and_tensorboard_events_hold_throughput_and_loss_scale(runs
     assert "current_loss_scale" not in summary_tags(runs["fp32"]["dir"])
 
 
+@pytest.mark.tf1_behavior("XLA clusters what the rewrite leaves the same way whatever built the graph; "
+                          "one pass is enough, and TF1 programs are what users run with it")
 def test_amp_with_xla_compiles_half_convolutions_into_clusters(runs, tmp_path):
     args = TINY_RESNET + BENCHMARK + ["--use_tf_amp", "--use_xla"]
     result = run_example_process("resnet50", args, tmp_path, **xla_dump_flags(tmp_path / "hlo"))

@@ -34,6 +34,8 @@ def test_amp_loss_tracks_fp32_on_the_same_seed(runs):
     assert runs["amp"]["unit"] == "sequences/s" and runs["amp"]["throughput"] > 0
 
 
+@pytest.mark.tf1_behavior("XLA clusters what the rewrite leaves the same way whatever built the graph; "
+                          "one pass is enough, and TF1 programs are what users run with it")
 def test_amp_with_xla_compiles_half_matmuls_into_clusters(runs, tmp_path):
     args = TINY_TRANSFORMER + BENCHMARK + ["--use_tf_amp", "--use_xla"]
     result = run_example_process("transformer", args, tmp_path, **xla_dump_flags(tmp_path / "hlo"))

@@ -24,6 +24,7 @@ def doctored(tmp_path_factory):
     return completed, report, plot
 
 
+@pytest.mark.own_processes("tfamp-rewrite doctor runs a TF1 script in a process of its own")
 def test_the_doctor_names_the_overflow_and_writes_report_and_plot(doctored):
     completed, report, plot = doctored
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -53,6 +54,7 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, args, me
     assert not report.exists()
 
 
+@pytest.mark.own_processes("tfamp-rewrite doctor runs the script in a process of its own")
 def test_a_failing_program_is_one_line_and_writes_nothing(tmp_path):
     script = tmp_path / "broken.py"
     script.write_text("raise ValueError('no data here')\n")

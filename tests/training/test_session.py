@@ -293,6 +293,7 @@ def test_session_compat_argument_and_environment_override_the_default(cpu_target
         Session(graph=graph)
 
 
+@pytest.mark.own_processes("a TF1 program in a new process")
 @pytest.mark.parametrize("level,shown", [("0", True), ("1", False)])
 def test_the_summary_line_reaches_an_unconfigured_program_unless_quieted(tmp_path, level, shown):
     """A TF1 program that configures no logging sees the line on stderr, as it sees

@@ -14,6 +14,8 @@ from repo_paths import REPO, SCRIPTS
 
 SCRIPT = os.path.join(SCRIPTS, "unmodified_tf1_script.py")
 BIN = os.path.dirname(sys.executable)
+# Every test runs an unmodified TF1 script in a new process, as users do.
+pytestmark = pytest.mark.own_processes("an unmodified TF1 script in a new process")
 AMP_ENV = {"TF_ENABLE_AUTO_MIXED_PRECISION": "1", "TFAMP_REWRITE_TARGET": "cpu"}
 
 
@@ -65,7 +67,6 @@ def test_tfamp_run_names_a_missing_script():
     assert done.returncode == 2 and "no_such_script.py: no such file" in done.stderr
 
 
-@pytest.mark.own_processes("builds a wheel, installs it and runs a TF1 script with it")
 def test_a_regular_install_ships_the_start_up_hook(tmp_path):
     """pip install (not editable) into a fresh virtualenv: the .pth hook works from there."""
     venv = tmp_path / "venv"
