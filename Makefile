@@ -75,23 +75,32 @@ lint: venv
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.7- --eval-annotations --backport dataclasses \
 	  tfamp_rewrite tfamp_rewrite_startup.py setup.py tests examples benchmarks
 
-# The TF1-behaviour pass runs beside the main one (two cores; each is mostly one busy thread);
-# its output follows the main pass's. Either failing fails the target.
+# Three runs at once, so that both cores stay busy to the end: the main pass and the
+# TF1-behaviour pass, each over TEST_WORKERS worker processes (pytest-xdist; whole modules go
+# to a worker, so a module's fixtures are built once, longest modules first: tests/conftest.py),
+# and the TensorFlow 1.15 checks.  Their outputs follow one another; any failing fails the target.
+TEST_WORKERS ?= 2
+XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 TF1_BEHAVIOR_LOG := .pytest-tf1-behavior.log
-test: venv op lint horovod test-tf115
-	@$(PY) -m pytest --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS) > $(TF1_BEHAVIOR_LOG) 2>&1 & tf1=$$!; \
-	$(PY) -m pytest --ignore=tests/tf115 $(PYTEST_ARGS); main=$$?; \
-	wait $$tf1; tf1_status=$$?; \
+TF115_LOG        := .pytest-tf115.log
+test: venv op lint horovod
+	@$(PY) tests/support/tf115_wheel.py
+	@$(PY) -m pytest tests/tf115 $(PYTEST_ARGS) > $(TF115_LOG) 2>&1 & tf115=$$!; \
+	$(PY) -m pytest $(XDIST) --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS) > $(TF1_BEHAVIOR_LOG) 2>&1 & tf1=$$!; \
+	$(PY) -m pytest $(XDIST) --ignore=tests/tf115 $(PYTEST_ARGS); main=$$?; \
+	wait $$tf1; tf1_status=$$?; wait $$tf115; tf115_status=$$?; \
 	echo "== the same tests with TF1 behaviour (pytest --tf1-behavior $(TF1_BEHAVIOR_TESTS))"; \
 	cat $(TF1_BEHAVIOR_LOG); rm -f $(TF1_BEHAVIOR_LOG); \
-	test $$main -eq 0 -a $$tf1_status -eq 0
+	echo "== the checks against TensorFlow 1.15 (pytest tests/tf115)"; \
+	cat $(TF115_LOG); rm -f $(TF115_LOG); \
+	test $$main -eq 0 -a $$tf1_status -eq 0 -a $$tf115_status -eq 0
 
 # TF1 programs' behaviour (reference variables, Switch/Merge and Enter/Exit control flow, graph
 # mode) on this TensorFlow: tf.compat.v1.disable_v2_behavior() before any test module loads.
 # TensorFlow 1.15's own Python needs Python <= 3.7, which no registry here offers.
 TF1_BEHAVIOR_TESTS ?= tests/training tests/examples tests/doctor tests/saved_graph
 test-tf1-behavior: venv op horovod
-	$(PY) -m pytest --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS)
 
 # TensorFlow 1.15 itself (tests/tf115): the fused op built against its headers, graphs run in
 # its runtime through its C API, our TensorFlow names looked up in its API. Its wheel

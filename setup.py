@@ -47,6 +47,7 @@ setup(
         "test": [
             "pytest",
             "pytest-timeout",
+            "pytest-xdist",
             "hypothesis",
             "jsonschema",
             "ruff",
