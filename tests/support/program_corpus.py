@@ -510,6 +510,8 @@ def main(argv=None) -> int:
             print("\n".join(problems) + "\n" + describe_problems(results), flush=True)
     if rows:
         print("\n" + format_table(rows))
+        print("seconds: zero-code AMP's are its process's wall time; fp32's and tfamp-run's are the "
+              "program's own in its batch (start-up excluded)")
     if failures:
         print("failed: %s" % ", ".join(failures))
     return 1 if failures else 0
