@@ -85,7 +85,7 @@ TF1_BEHAVIOR_LOG := .pytest-tf1-behavior.log
 TF115_LOG        := .pytest-tf115.log
 test: venv op lint horovod
 	@$(PY) tests/support/tf115_wheel.py
-	@$(PY) -m pytest tests/tf115 $(PYTEST_ARGS) > $(TF115_LOG) 2>&1 & tf115=$$!; \
+	@$(TF115_PYTEST) > $(TF115_LOG) 2>&1 & tf115=$$!; \
 	$(PY) -m pytest $(XDIST) --tf1-behavior $(TF1_BEHAVIOR_TESTS) $(PYTEST_ARGS) > $(TF1_BEHAVIOR_LOG) 2>&1 & tf1=$$!; \
 	$(PY) -m pytest $(XDIST) --ignore=tests/tf115 $(PYTEST_ARGS); main=$$?; \
 	wait $$tf1; tf1_status=$$?; wait $$tf115; tf115_status=$$?; \
@@ -107,9 +107,10 @@ test-tf1-behavior: venv op horovod
 # (tensorflow==1.15.5, 106 MB; TFAMP_TF115_REQUIREMENT picks another) is downloaded from PyPI
 # once and cached in ~/.cache/tfamp_rewrite/tf1.15; without network access the first time,
 # this fails and says so.
+TF115_PYTEST = $(PY) -m pytest tests/tf115 $(PYTEST_ARGS)
 test-tf115: venv
 	$(PY) tests/support/tf115_wheel.py
-	$(PY) -m pytest tests/tf115 $(PYTEST_ARGS)
+	$(TF115_PYTEST)
 
 # An AVX2-only CPU's view on an AVX-512 machine, as far as TensorFlow lets it be masked:
 # oneDNN off (its bfloat16 AMP pass and kernels need AVX-512; the tests that use them skip

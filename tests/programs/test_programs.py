@@ -16,12 +16,11 @@ from program_corpus import (
     comparison_problems,
     describe_problems,
     finish,
-    finish_batch,
     program,
     relative_difference,
+    run_batches,
     run_program,
     start,
-    start_batch,
     unavailable_reason,
 )
 
@@ -44,9 +43,7 @@ def batches():
     the other in one process per mode, the two processes side by side.  The ``tfamp-run``
     results also hold the op types and loss-scale variables of each program's session graphs
     (the programs' own graphs, which AMP leaves as they are but for loss scaling)."""
-    started = [start_batch(_available_names(), mode) for mode in ("fp32", "tfamp_run")]
-    fp32, launched = (finish_batch(item) for item in started)
-    return {"fp32": fp32, "tfamp_run": launched}
+    return run_batches(_available_names())
 
 
 def test_corpus_has_at_least_ten_programs():

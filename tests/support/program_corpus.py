@@ -13,7 +13,7 @@ one new process in the mode, one after the other, each in a graph of its own and
 ``__main__`` with its own ``sys.argv``.  A process's start (importing TensorFlow, seconds)
 costs more than most programs' training, so the suite runs zero-code AMP -- the path users
 take -- one process per program, and the fp32 references and ``tfamp-run`` as one batch
-each; the two AMP modes must then agree (see ``comparison_problems``).
+each (``run_batches``); both AMP modes are held to the same tolerance (``comparison_problems``).
 
 Children get ``TF_CPP_MIN_LOG_LEVEL=0``, so each session that rewrites logs its summary line
 (``tfamp_rewrite: session graph rewritten: converted N of M eligible nodes ...; compat=...``);
@@ -260,15 +260,6 @@ def run_program(entry: Program, mode: str, seed: int = 0, extra_args=(), extra_e
     return finish(start(entry, mode, seed, extra_args, extra_env))
 
 
-def run_modes(entry: Program, modes=MODES, seed: int = 0, concurrent: bool = True) -> dict:
-    """``{mode: RunResult}`` for ``entry``, each mode in a process of its own; the runs
-    overlap unless ``concurrent`` is False (then each one's seconds is its own wall time)."""
-    if not concurrent:
-        return {mode: run_program(entry, mode, seed) for mode in modes}
-    started = [start(entry, mode, seed) for mode in modes]
-    return {item[1]: finish(item) for item in started}
-
-
 _BATCH_BEGIN = "program_corpus: begin "
 
 
@@ -322,18 +313,26 @@ def run_batch(names, mode: str, seed: int = 0, steps=None) -> dict:
     return finish_batch(start_batch(names, mode, seed, steps))
 
 
+BATCH_MODES = ("fp32", "tfamp_run")
+
+
+def run_batches(names, seed: int = 0, concurrent: bool = True) -> dict:
+    """``{mode: {name: RunResult}}`` of ``run_batch`` in each of BATCH_MODES, the two processes
+    side by side unless ``concurrent`` is False."""
+    if not concurrent:
+        return {mode: run_batch(names, mode, seed) for mode in BATCH_MODES}
+    started = [start_batch(names, mode, seed) for mode in BATCH_MODES]
+    return {item[1]: finish_batch(item) for item in started}
+
+
 def corpus_results(names, seed: int = 0, concurrent: bool = True):
-    """``{name: {mode: RunResult}}``: the fp32 and ``tfamp-run`` batches (overlapping unless
-    ``concurrent`` is False), then zero-code AMP one process per program, yielded program by
-    program as ``(name, {mode: RunResult})``."""
-    if concurrent:
-        started = [start_batch(names, mode, seed) for mode in ("fp32", "tfamp_run")]
-        fp32, launched = (finish_batch(item) for item in started)
-    else:
-        fp32, launched = (run_batch(names, mode, seed) for mode in ("fp32", "tfamp_run"))
+    """Yields ``(name, {mode: RunResult})`` program by program: the batches first
+    (``run_batches``), then zero-code AMP in one process per program."""
+    batches = run_batches(names, seed, concurrent)
     for name in names:
-        zero_code = run_program(program(name), "zero_code", seed)
-        yield name, {"fp32": fp32[name], "zero_code": zero_code, "tfamp_run": launched[name]}
+        results = {mode: batches[mode][name] for mode in BATCH_MODES}
+        results["zero_code"] = run_program(program(name), "zero_code", seed)
+        yield name, results
 
 
 def relative_difference(amp: float, fp32: float) -> float:
@@ -342,7 +341,7 @@ def relative_difference(amp: float, fp32: float) -> float:
 
 
 def comparison_problems(entry: Program, results: dict) -> list:
-    """What is wrong with ``results`` (``run_modes``'s) for ``entry``: each unfinished run, and
+    """What is wrong with ``results`` (``{mode: RunResult}``) for ``entry``: each unfinished run, and
     each AMP final loss outside the tolerance (with both loss curves)."""
     problems = [result.problem() for result in results.values() if result.problem()]
     fp32 = results.get("fp32")
