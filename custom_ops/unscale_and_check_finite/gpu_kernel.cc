@@ -1,6 +1,6 @@
-// GPU kernel of UnscaleAndCheckFinite: plans the launches on the host (launch_plan.h) and
-// enqueues them on the op's stream (gpu_launch.cu). inv_scale and all_finite stay in
-// device memory, so the op never waits for the device.
+// GPU kernel of UnscaleAndCheckFinite: plans the launches on the host and enqueues them on
+// the op's stream (gpu_launch.cu), as few as this process's CUDA allows. inv_scale and
+// all_finite stay in device memory, so the op never waits for the device.
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -21,12 +21,10 @@ class UnscaleAndCheckFiniteGpuOp : public UnscaleAndCheckFiniteKernel {
  protected:
   void Unscale(tensorflow::OpKernelContext* ctx, const std::vector<TensorRef>& tensors,
                const tensorflow::Tensor& inv_scale, tensorflow::Tensor* all_finite) override {
-    const std::vector<LaunchTable> plan =
-        PlanLaunches(tensors.data(), static_cast<int>(tensors.size()));
     const char* error = EnqueueUnscaleAndCheckFinite(
-        plan.data(), static_cast<int>(plan.size()),
-        reinterpret_cast<const float*>(DataOf(inv_scale)),
-        reinterpret_cast<bool*>(DataOf(*all_finite)), GpuStreamOf(ctx));
+        tensors.data(), static_cast<int>(tensors.size()), kGpuChunkElements,
+        MaxTensorsPerLaunch(), reinterpret_cast<const float*>(DataOf(inv_scale)),
+        reinterpret_cast<bool*>(DataOf(*all_finite)), GpuStreamOf(ctx), nullptr);
     OP_REQUIRES(ctx, error == nullptr,
                 tensorflow::errors::Internal("UnscaleAndCheckFinite: CUDA launch failed: ",
                                              error ? error : ""));

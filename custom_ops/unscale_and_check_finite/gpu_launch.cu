@@ -1,5 +1,11 @@
 // CUDA kernel of UnscaleAndCheckFinite: one thread block per chunk of a launch's elements.
 //
+// The kernel takes its launch's table by value, in one of two sizes (launch_plan.h): 4 KB,
+// which every CUDA passes, and 32 KB, which CUDA 12.1 and newer pass to Volta and newer
+// GPUs when the driver is 12.1 or newer too. The large one is compiled in only when the
+// build can (TFAMP_LARGE_KERNEL_PARAMETERS below) and used only when the driver can
+// (MaxTensorsPerLaunch) and the list needs it (NeedsLargeTables).
+//
 // A block walks the slots its chunk overlaps (launch_plan.h: BlockElements,
 // ForEachPartOfBlock); small tensors share a block. In each part, when the input and output addresses
 // agree modulo 16 bytes, the block unscales with 16-byte loads and stores (kIlp independent
@@ -11,6 +17,8 @@
 // The CPU grid emulation in tests/gpu/emulation/ compiles this file unchanged as C++.
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "gpu_launch.h"
 #include "launch_plan.h"
 #include "unscale_element.h"
@@ -18,6 +26,13 @@
 // <<<>>> is spelled through this macro only so that the grid emulation can replace it.
 #ifndef TFAMP_KERNEL_LAUNCH
 #define TFAMP_KERNEL_LAUNCH(kernel, blocks, threads, stream) kernel<<<blocks, threads, 0, stream>>>
+#endif
+
+// Kernel parameters over 4 KB need an nvcc of CUDA 12.1 or newer and Volta or newer for every
+// architecture built: the build defines TFAMP_KERNEL_PARAMETERS_4KB_ONLY when it targets an
+// older one (tfamp_rewrite/fused_op/cuda_toolchain.py: kernel_parameter_flags).
+#if CUDART_VERSION >= 12010 && !defined(TFAMP_KERNEL_PARAMETERS_4KB_ONLY)
+#define TFAMP_LARGE_KERNEL_PARAMETERS 1
 #endif
 
 namespace tfamp {
@@ -126,8 +141,8 @@ __device__ uint32_t UnscalePart(const void* in_ptr, void* out_ptr, ElementRange 
 // type's code from being live across the others': nvcc 13 then needs about 50-64 registers
 // per thread (sm_75-sm_90, no spills; two 512-thread blocks per SM) where one loop that
 // switches on the type needs 74 (one block per SM).
-template <ElementType kType>
-__device__ uint32_t UnscaleSlotsOfType(const LaunchTable& table, ElementRange block,
+template <ElementType kType, class Table>
+__device__ uint32_t UnscaleSlotsOfType(const Table& table, ElementRange block,
                                        int first_slot, float inv_scale, bool scale_is_finite) {
   uint32_t nonfinite = 0;
   ForEachPartOfBlock(table, block, first_slot, [&](int slot, ElementRange part) {
@@ -139,8 +154,9 @@ __device__ uint32_t UnscaleSlotsOfType(const LaunchTable& table, ElementRange bl
   return nonfinite;
 }
 
+template <class Table>
 __global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerMultiprocessor)
-    UnscaleAndCheckFiniteKernel(LaunchTable table, const float* inv_scale, bool* all_finite) {
+    UnscaleAndCheckFiniteKernel(Table table, const float* inv_scale, bool* all_finite) {
   const ElementRange block = BlockElements(table, blockIdx.x);
   const int first_slot = SlotOfElement(table, block.begin);
   const float s = *inv_scale;
@@ -151,19 +167,58 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerMultiprocessor)
   if (nonfinite) *all_finite = false;
 }
 
-}  // namespace
-
-const char* EnqueueUnscaleAndCheckFinite(const LaunchTable* plan, int num_launches,
-                                         const float* inv_scale, bool* all_finite,
-                                         void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t err = cudaMemsetAsync(all_finite, 1, sizeof(bool), s);
-  for (int i = 0; err == cudaSuccess && i < num_launches; ++i) {
-    TFAMP_KERNEL_LAUNCH(UnscaleAndCheckFiniteKernel, plan[i].num_blocks, kThreadsPerBlock, s)(
-        plan[i], inv_scale, all_finite);
+// Plans the list in `Table`s and enqueues all_finite = true, then every launch.
+template <class Table>
+cudaError_t EnqueuePlan(const TensorRef* tensors, int num_tensors, int64_t chunk_elements,
+                        int max_tensors, const float* inv_scale, bool* all_finite,
+                        cudaStream_t stream, int* num_launches) {
+  const std::vector<Table> plan =
+      PlanLaunches<Table>(tensors, num_tensors, chunk_elements, max_tensors);
+  if (num_launches) *num_launches = static_cast<int>(plan.size());
+  cudaError_t err = cudaMemsetAsync(all_finite, 1, sizeof(bool), stream);
+  for (size_t i = 0; err == cudaSuccess && i < plan.size(); ++i) {
+    TFAMP_KERNEL_LAUNCH(UnscaleAndCheckFiniteKernel<Table>, plan[i].num_blocks, kThreadsPerBlock,
+                        stream)(plan[i], inv_scale, all_finite);
     err = cudaGetLastError();
   }
+  return err;
+}
+
+const char* ErrorText(cudaError_t err) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace
+
+int MaxTensorsPerLaunch() {
+#if TFAMP_LARGE_KERNEL_PARAMETERS
+  // Drivers before 12.1 refuse such a launch. Asked on every call: it is a cheap query,
+  // and a test of the emulation changes the answer.
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver >= 12010) return kLargeTableSlots;
+#endif
+  return kSmallTableSlots;
+}
+
+const char* EnqueueUnscaleAndCheckFinite(const TensorRef* tensors, int num_tensors,
+                                         int64_t chunk_elements, int max_tensors,
+                                         const float* inv_scale, bool* all_finite, void* stream,
+                                         int* num_launches) {
+  if (chunk_elements < 1) return "chunk_elements must be at least 1";
+  if (max_tensors < 1 || max_tensors > MaxTensorsPerLaunch()) {
+    return "max_tensors must lie in [1, MaxTensorsPerLaunch()]";
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+#if TFAMP_LARGE_KERNEL_PARAMETERS
+  if (NeedsLargeTables(tensors, num_tensors, max_tensors)) {
+    return ErrorText(EnqueuePlan<LargeLaunchTable>(tensors, num_tensors, chunk_elements,
+                                                   max_tensors, inv_scale, all_finite, s,
+                                                   num_launches));
+  }
+#endif
+  return ErrorText(EnqueuePlan<SmallLaunchTable>(tensors, num_tensors, chunk_elements,
+                                                 max_tensors, inv_scale, all_finite, s,
+                                                 num_launches));
 }
 
 }  // namespace tfamp

@@ -1,18 +1,30 @@
-// Host entry point of the CUDA kernel (gpu_launch.cu), callable from code that includes
+// Host entry points of the CUDA kernel (gpu_launch.cu), callable from code that includes
 // no CUDA header. Plain C++11.
 #ifndef TFAMP_GPU_LAUNCH_H_
 #define TFAMP_GPU_LAUNCH_H_
+
+#include <cstdint>
 
 #include "launch_plan.h"
 
 namespace tfamp {
 
-// Enqueues on `stream` (a cudaStream_t): all_finite = true, then every launch of `plan`.
-// `inv_scale` and `all_finite` are device pointers; nothing waits for the device.
-// Returns nullptr on success, else CUDA's description of the launch error.
-const char* EnqueueUnscaleAndCheckFinite(const LaunchTable* plan, int num_launches,
-                                         const float* inv_scale, bool* all_finite,
-                                         void* stream);
+// The most slots one launch takes in this process: kLargeTableSlots when the nvcc that built
+// gpu_launch.cu and the installed driver both pass kernel parameters over 4 KB (CUDA 12.1 or
+// newer) and the build targets only Volta and newer, else kSmallTableSlots.
+int MaxTensorsPerLaunch();
+
+// Plans `tensors` into launches of at most `max_tensors` slots (1 <= max_tensors <=
+// MaxTensorsPerLaunch()) and `chunk_elements`-element blocks (launch_plan.h: PlanLaunches),
+// in 4 KB tables when one holds them (NeedsLargeTables), else in 32 KB ones; then enqueues on
+// `stream` (a cudaStream_t): all_finite = true, then every launch. `inv_scale` and
+// `all_finite` are device pointers; nothing waits for the device. *num_launches (when not
+// null) gets the number of launches. Returns nullptr on success, else what went wrong
+// (CUDA's description of a launch error, or the argument out of range).
+const char* EnqueueUnscaleAndCheckFinite(const TensorRef* tensors, int num_tensors,
+                                         int64_t chunk_elements, int max_tensors,
+                                         const float* inv_scale, bool* all_finite, void* stream,
+                                         int* num_launches);
 
 }  // namespace tfamp
 

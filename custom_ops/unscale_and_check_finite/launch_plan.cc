@@ -10,17 +10,19 @@ int64_t NumChunks(int64_t size, int64_t chunk_elements) {
   return (size + chunk_elements - 1) / chunk_elements;
 }
 
-LaunchTable EmptyTable(int64_t chunk_elements) {
-  LaunchTable table;
+// Appends an empty table (all zero: unused slots are passed to the kernel, never read).
+template <class Table>
+void Open(std::vector<Table>* launches, int64_t chunk_elements) {
+  launches->resize(launches->size() + 1);
+  Table& table = launches->back();
   std::memset(&table, 0, sizeof(table));
   table.chunk_elements = chunk_elements;
-  return table;
 }
 
-LaunchTable Closed(LaunchTable table) {
-  table.num_blocks =
-      static_cast<int32_t>(NumChunks(LaunchElements(table), table.chunk_elements));
-  return table;
+template <class Table>
+void Close(Table* table) {
+  table->num_blocks =
+      static_cast<int32_t>(NumChunks(LaunchElements(*table), table->chunk_elements));
 }
 
 }  // namespace
@@ -40,17 +42,19 @@ void ChunkIndex::Locate(int64_t chunk, int* tensor, int64_t* chunk_in_tensor) co
   *chunk_in_tensor = chunk - *it;
 }
 
-std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
-                                      int64_t chunk_elements, int max_tensors) {
-  std::vector<LaunchTable> launches;
-  LaunchTable table = EmptyTable(chunk_elements);
+template <class Table>
+std::vector<Table> PlanLaunches(const TensorRef* tensors, int num_tensors,
+                                int64_t chunk_elements, int max_tensors) {
+  std::vector<Table> launches;  // filled in place: a LargeLaunchTable is 32 KB
   for (int t = 0; t < num_tensors; ++t) {
     const int64_t bytes = ElementBytes(tensors[t].type);
     for (int64_t done = 0; done < tensors[t].size;) {
-      if (table.num_tensors == max_tensors || LaunchElements(table) == kMaxElementsPerLaunch) {
-        launches.push_back(Closed(table));
-        table = EmptyTable(chunk_elements);
+      if (launches.empty() || launches.back().num_tensors == max_tensors ||
+          LaunchElements(launches.back()) == kMaxElementsPerLaunch) {
+        if (!launches.empty()) Close(&launches.back());
+        Open(&launches, chunk_elements);
       }
+      Table& table = launches.back();
       const int64_t start = LaunchElements(table);
       const int64_t piece = std::min(tensors[t].size - done, kMaxElementsPerLaunch - start);
       const int slot = table.num_tensors++;
@@ -62,8 +66,19 @@ std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
       done += piece;
     }
   }
-  if (table.num_tensors > 0) launches.push_back(Closed(table));
+  if (!launches.empty()) Close(&launches.back());
   return launches;
+}
+
+template std::vector<SmallLaunchTable> PlanLaunches<SmallLaunchTable>(const TensorRef*, int,
+                                                                      int64_t, int);
+template std::vector<LargeLaunchTable> PlanLaunches<LargeLaunchTable>(const TensorRef*, int,
+                                                                      int64_t, int);
+
+bool NeedsLargeTables(const TensorRef* tensors, int num_tensors, int max_tensors) {
+  int non_empty = 0;
+  for (int t = 0; t < num_tensors; ++t) non_empty += tensors[t].size > 0;
+  return std::min(max_tensors, non_empty) > kSmallTableSlots;
 }
 
 }  // namespace tfamp

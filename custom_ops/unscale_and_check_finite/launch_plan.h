@@ -6,7 +6,7 @@
 //     tensor, and runs one thread block per chunk_elements of that sequence: a block may
 //     span the end of one tensor and the start of the next (small tensors share a block),
 //     so only the last block of a launch is partly idle. PlanLaunches fills as few launches
-//     as the fixed-size kernel argument (LaunchTable) allows: one per kMaxTensorsPerLaunch
+//     as the fixed-size kernel argument (LaunchTable) allows: one per table's capacity of
 //     tensors, whatever their sizes.
 // Plain C++11, no TensorFlow or CUDA headers: the planner is unit-tested on the CPU, and the
 // block-to-tensor mapping below is the very code the CUDA kernel runs.
@@ -59,11 +59,17 @@ class ChunkIndex {
 };
 
 // Capacity of one CUDA launch: as many slots (tensors, or pieces of a tensor too big for one
-// launch) as fit the kernel's by-value argument, which must stay within 4 KB (the parameter
-// limit of every CUDA before 12.1, TF 1.15 users' nvcc). 203 slots of 20 bytes: ResNet-50
-// (161 tensors) and BERT-base (199) take one launch; each launch boundary costs 6-8 us on an
-// H200 (tests/gpu/gpu_check.py's tensors-per-launch sweep).
-const int kMaxTensorsPerLaunch = 203;
+// launch) as fit the kernel's by-value argument, a LaunchTable. Two sizes:
+//   * SmallLaunchTable, 203 slots of 20 bytes within the 4 KB parameter limit of every CUDA
+//     before 12.1 (TF 1.15 users' nvcc): ResNet-50 (161 tensors) and BERT-base (199) take
+//     one launch;
+//   * LargeLaunchTable, 1636 slots within the 32,764 bytes that CUDA 12.1 and newer pass to
+//     Volta and newer GPUs, when the driver is 12.1 or newer too (gpu_launch.cu decides):
+//     a 1000-tensor transformer in one launch instead of five.
+// Each launch boundary costs 6-8 us on an H200 (tests/gpu/gpu_check.py's tensors-per-launch
+// sweep).
+const int kSmallTableSlots = 203;
+const int kLargeTableSlots = 1636;
 // A slot's first element is stored in 30 bits, its element type in the top 2: a launch holds
 // fewer than 2^30 elements, and a bigger tensor is cut into pieces, one slot each.
 const int kSlotTypeShift = 30;
@@ -79,45 +85,57 @@ const int64_t kMaxElementsPerLaunch = kSlotStartMask;
 // (chunk = elements / resident blocks); a launch boundary still cost about 6 us.
 const int64_t kGpuChunkElements = 32768;
 
-// Everything one launch of the CUDA kernel needs. Slot s holds the launch's elements
-// [SlotStart(s), SlotStart(s + 1)) of type SlotType(s), read from in[s] and written to out[s];
-// block b processes the launch's elements [b * chunk_elements, (b + 1) * chunk_elements),
-// whichever slots they fall in.
+// Everything one launch of the CUDA kernel needs, for up to kSlots slots. Slot s holds the
+// launch's elements [SlotStart(s), SlotStart(s + 1)) of type SlotType(s), read from in[s] and
+// written to out[s]; block b processes the launch's elements
+// [b * chunk_elements, (b + 1) * chunk_elements), whichever slots they fall in.
+template <int kSlots>
 struct LaunchTable {
-  const void* in[kMaxTensorsPerLaunch];
-  void* out[kMaxTensorsPerLaunch];
+  static const int kCapacity = kSlots;
+  const void* in[kSlots];
+  void* out[kSlots];
   // Slot s: its first element (low 30 bits) | its ElementType << kSlotTypeShift;
   // slot_start[num_tensors]: the launch's element count.
-  uint32_t slot_start[kMaxTensorsPerLaunch + 1];
+  uint32_t slot_start[kSlots + 1];
   int64_t chunk_elements;
   int32_t num_tensors;  // slots in use
   int32_t num_blocks;   // ceil(elements / chunk_elements)
 };
 
-// Kernel parameters are the table plus two pointers (inv_scale, all_finite).
-static_assert(sizeof(LaunchTable) + 2 * sizeof(void*) <= 4096,
-              "LaunchTable must fit the 4 KB CUDA kernel parameter limit");
+typedef LaunchTable<kSmallTableSlots> SmallLaunchTable;
+typedef LaunchTable<kLargeTableSlots> LargeLaunchTable;
 
-TFAMP_HOST_DEVICE int64_t SlotStart(const LaunchTable& table, int slot) {
+// Kernel parameters are the table plus two pointers (inv_scale, all_finite).
+static_assert(sizeof(SmallLaunchTable) + 2 * sizeof(void*) <= 4096,
+              "SmallLaunchTable must fit the 4 KB CUDA kernel parameter limit");
+static_assert(sizeof(LargeLaunchTable) + 2 * sizeof(void*) <= 32764,
+              "LargeLaunchTable must fit the 32,764-byte limit of CUDA 12.1 and newer");
+
+template <class Table>
+TFAMP_HOST_DEVICE int64_t SlotStart(const Table& table, int slot) {
   return static_cast<int64_t>(table.slot_start[slot] & kSlotStartMask);
 }
 
-TFAMP_HOST_DEVICE ElementType SlotType(const LaunchTable& table, int slot) {
+template <class Table>
+TFAMP_HOST_DEVICE ElementType SlotType(const Table& table, int slot) {
   return static_cast<ElementType>(table.slot_start[slot] >> kSlotTypeShift);
 }
 
-TFAMP_HOST_DEVICE int64_t LaunchElements(const LaunchTable& table) {
+template <class Table>
+TFAMP_HOST_DEVICE int64_t LaunchElements(const Table& table) {
   return SlotStart(table, table.num_tensors);
 }
 
 // The launch's elements [begin, end) that block `block` processes.
-TFAMP_HOST_DEVICE ElementRange BlockElements(const LaunchTable& table, int64_t block) {
+template <class Table>
+TFAMP_HOST_DEVICE ElementRange BlockElements(const Table& table, int64_t block) {
   return ChunkElements(block, table.chunk_elements, LaunchElements(table));
 }
 
 // The slot holding the launch's element `element` (< LaunchElements): binary search, since
 // SlotStart strictly increases (slots are never empty).
-TFAMP_HOST_DEVICE int SlotOfElement(const LaunchTable& table, int64_t element) {
+template <class Table>
+TFAMP_HOST_DEVICE int SlotOfElement(const Table& table, int64_t element) {
   int lo = 0;
   int hi = table.num_tensors - 1;
   while (lo < hi) {  // invariant: SlotStart(lo) <= element < SlotStart(hi + 1)
@@ -133,7 +151,8 @@ TFAMP_HOST_DEVICE int SlotOfElement(const LaunchTable& table, int64_t element) {
 
 // The elements of slot `slot`'s tensor that fall in the launch's range `block` (may be
 // empty, begin >= end, when the slot lies outside it).
-TFAMP_HOST_DEVICE ElementRange SlotPart(const LaunchTable& table, int slot, ElementRange block) {
+template <class Table>
+TFAMP_HOST_DEVICE ElementRange SlotPart(const Table& table, int slot, ElementRange block) {
   const int64_t first = SlotStart(table, slot);
   const int64_t last = SlotStart(table, slot + 1);
   ElementRange r;
@@ -147,8 +166,8 @@ TFAMP_HOST_DEVICE ElementRange SlotPart(const LaunchTable& table, int slot, Elem
 //   for slot = SlotOfElement(block.begin); slot's first element < block.end; ++slot
 // `first_slot` must be SlotOfElement(table, block.begin) (a caller that walks the block more
 // than once finds it once).
-template <typename Visit>
-TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange block,
+template <class Table, typename Visit>
+TFAMP_HOST_DEVICE void ForEachPartOfBlock(const Table& table, ElementRange block,
                                           int first_slot, Visit visit) {
   for (int slot = first_slot; slot < table.num_tensors && SlotStart(table, slot) < block.end;
        ++slot) {
@@ -156,15 +175,15 @@ TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange
   }
 }
 
-template <typename Visit>
-TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange block,
+template <class Table, typename Visit>
+TFAMP_HOST_DEVICE void ForEachPartOfBlock(const Table& table, ElementRange block,
                                           Visit visit) {
   ForEachPartOfBlock(table, block, SlotOfElement(table, block.begin), visit);
 }
 
-// Packs every non-empty tensor, in order, into launches of at most `max_tensors` slots and
-// kMaxElementsPerLaunch elements (a launch is closed only when full), and `chunk_elements`-
-// element blocks:
+// Packs every non-empty tensor, in order, into launches of at most `max_tensors` slots
+// (<= Table::kCapacity) and kMaxElementsPerLaunch elements (a launch is closed only when
+// full), and `chunk_elements`-element blocks:
 //   for each tensor t with size > 0, while elements of t remain:
 //     if the current table is full (max_tensors slots or kMaxElementsPerLaunch elements):
 //       close it, open a new one
@@ -172,10 +191,17 @@ TFAMP_HOST_DEVICE void ForEachPartOfBlock(const LaunchTable& table, ElementRange
 //   each table: num_blocks = ceil(elements / chunk_elements)
 // So a model needs ceil(non-empty tensors / max_tensors) launches (below 2^30 elements per
 // launch), and at most one block per launch is partly idle. `max_tensors` may be lowered
-// below the table capacity (tests do).
-std::vector<LaunchTable> PlanLaunches(const TensorRef* tensors, int num_tensors,
-                                      int64_t chunk_elements = kGpuChunkElements,
-                                      int max_tensors = kMaxTensorsPerLaunch);
+// below the table capacity (tests do). Defined for SmallLaunchTable and LargeLaunchTable.
+template <class Table>
+std::vector<Table> PlanLaunches(const TensorRef* tensors, int num_tensors,
+                                int64_t chunk_elements = kGpuChunkElements,
+                                int max_tensors = Table::kCapacity);
+
+// Whether launches of at most `max_tensors` slots need LargeLaunchTable: more slots than a
+// SmallLaunchTable holds would be filled, i.e. min(max_tensors, non-empty tensors) > 203
+// (a tensor cut into pieces, past 2^30 elements, is counted once: its pieces fill launches
+// of their own).
+bool NeedsLargeTables(const TensorRef* tensors, int num_tensors, int max_tensors);
 
 }  // namespace tfamp
 

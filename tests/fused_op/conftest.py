@@ -47,3 +47,14 @@ def emulated_kernel_sm90(tmp_path_factory):
 
     return KernelHarness(build_emulation(tmp_path_factory.mktemp("grid-emulation-sm90"),
                                          arch=90))
+
+
+@pytest.fixture(scope="session")
+def emulated_kernel_cuda11(tmp_path_factory):
+    """The sm_75 emulation compiled as by CUDA 11.8's nvcc: kernel parameters of 4 KB at most,
+    so the 32 KB launch table is not compiled in."""
+    from harness_build import build_emulation
+    from harness_library import KernelHarness
+
+    return KernelHarness(build_emulation(tmp_path_factory.mktemp("grid-emulation-cuda11"),
+                                         cuda_version=11080))

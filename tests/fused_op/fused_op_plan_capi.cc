@@ -24,31 +24,14 @@ std::vector<tfamp::TensorRef> FakeTensors(const int64_t* sizes, const int32_t* t
   return tensors;
 }
 
-}  // namespace
-
-extern "C" {
-
-// The planner's limits: tensors per launch and the CUDA kernel's elements per block.
-void tfamp_test_plan_limits(int* max_tensors, int64_t* chunk_elements) {
-  *max_tensors = tfamp::kMaxTensorsPerLaunch;
-  *chunk_elements = tfamp::kGpuChunkElements;
-}
-
-// Writes, for each launch of PlanLaunches:
-//   num_tensors, num_blocks, chunk_elements, number of parts,
-//   per slot: tensor index, first, size, element type, 1 if `out` belongs to the same tensor,
-//             the slot's first element within its tensor (nonzero for a tensor's later pieces)
-//   per part (ForEachPartOfBlock, block after block, as the kernel walks them):
-//             block, slot, first element, end element
-// Returns the number of int64 written, or -1 if `capacity` is too small.
-int64_t tfamp_test_plan_launches(const int64_t* sizes, const int32_t* types, int n,
-                                 int64_t chunk_elements, int max_tensors, int64_t* out,
-                                 int64_t capacity) {
-  const std::vector<tfamp::TensorRef> tensors = FakeTensors(sizes, types, n);
-  const std::vector<tfamp::LaunchTable> plan =
-      tfamp::PlanLaunches(tensors.data(), n, chunk_elements, max_tensors);
+// A plan in `Table`s, flattened as tfamp_test_plan_launches describes.
+template <class Table>
+std::vector<int64_t> FlatPlan(const std::vector<tfamp::TensorRef>& tensors,
+                              int64_t chunk_elements, int max_tensors) {
+  const std::vector<Table> plan = tfamp::PlanLaunches<Table>(
+      tensors.data(), static_cast<int>(tensors.size()), chunk_elements, max_tensors);
   std::vector<int64_t> flat;
-  for (const tfamp::LaunchTable& t : plan) {
+  for (const Table& t : plan) {
     std::vector<int64_t> parts;
     for (int b = 0; b < t.num_blocks; ++b) {
       tfamp::ForEachPartOfBlock(t, tfamp::BlockElements(t, b),
@@ -74,6 +57,50 @@ int64_t tfamp_test_plan_launches(const int64_t* sizes, const int32_t* types, int
                      tfamp::ElementBytes(tfamp::SlotType(t, s)));
     }
     flat.insert(flat.end(), parts.begin(), parts.end());
+  }
+  return flat;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The planner's limits: the capacities of the two launch tables, and the CUDA kernel's
+// elements per block.
+void tfamp_test_plan_limits(int* small_table_slots, int* large_table_slots,
+                            int64_t* chunk_elements) {
+  *small_table_slots = tfamp::SmallLaunchTable::kCapacity;
+  *large_table_slots = tfamp::LargeLaunchTable::kCapacity;
+  *chunk_elements = tfamp::kGpuChunkElements;
+}
+
+// 1 when launches of at most `max_tensors` slots need the large table for this list.
+int tfamp_test_needs_large_tables(const int64_t* sizes, int n, int max_tensors) {
+  std::vector<int32_t> types(n, 0);
+  const std::vector<tfamp::TensorRef> tensors = FakeTensors(sizes, types.data(), n);
+  return tfamp::NeedsLargeTables(tensors.data(), n, max_tensors) ? 1 : 0;
+}
+
+// Writes, for each launch of PlanLaunches in tables of `table_slots` (the small or the large
+// table's capacity):
+//   num_tensors, num_blocks, chunk_elements, number of parts,
+//   per slot: tensor index, first, size, element type, 1 if `out` belongs to the same tensor,
+//             the slot's first element within its tensor (nonzero for a tensor's later pieces)
+//   per part (ForEachPartOfBlock, block after block, as the kernel walks them):
+//             block, slot, first element, end element
+// Returns the number of int64 written, -1 if `capacity` is too small, -2 for an unknown
+// table.
+int64_t tfamp_test_plan_launches(const int64_t* sizes, const int32_t* types, int n,
+                                 int64_t chunk_elements, int max_tensors, int table_slots,
+                                 int64_t* out, int64_t capacity) {
+  const std::vector<tfamp::TensorRef> tensors = FakeTensors(sizes, types, n);
+  std::vector<int64_t> flat;
+  if (table_slots == tfamp::SmallLaunchTable::kCapacity) {
+    flat = FlatPlan<tfamp::SmallLaunchTable>(tensors, chunk_elements, max_tensors);
+  } else if (table_slots == tfamp::LargeLaunchTable::kCapacity) {
+    flat = FlatPlan<tfamp::LargeLaunchTable>(tensors, chunk_elements, max_tensors);
+  } else {
+    return -2;
   }
   if (static_cast<int64_t>(flat.size()) > capacity) return -1;
   for (size_t i = 0; i < flat.size(); ++i) out[i] = flat[i];

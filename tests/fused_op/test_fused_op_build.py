@@ -179,6 +179,12 @@ def test_default_archs_are_what_nvcc_supports_from_volta_to_hopper(monkeypatch, 
     assert fused_op_cuda.gencode_flags(archs)[-1] == "-gencode=arch=compute_90,code=compute_90"
 
 
+def test_only_volta_and_newer_builds_take_32kb_kernel_parameters():
+    assert fused_op_cuda.kernel_parameter_flags([70, 75, 90]) == []
+    assert fused_op_cuda.kernel_parameter_flags([61, 70, 80]) == [
+        "-DTFAMP_KERNEL_PARAMETERS_4KB_ONLY"]
+
+
 def test_v100_with_cuda13_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(fused_op_cuda.ARCHS_ENV, "70,80")
     with pytest.raises(fused_op_cuda.CudaToolchainError, match="sm_70.*V100.*CUDA 12"):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from device_check import LAYOUT_BY_NAME, LAYOUTS, run_checked
 from fused_op_cases import DTYPES, SPECIALS, expected, poison, random_gradients, random_sizes
-from harness_library import TensorList
+from harness_build import EMULATED_CUDA_VERSION
+from harness_library import HarnessError, TensorList
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_gradients import MODELS, model_sizes
@@ -26,6 +27,7 @@ LAYOUT_NAMES = [layout.name for layout in LAYOUTS]
 # (chunk_elements, max_tensors): the kernel's defaults; blocks spanning many small tensors
 # and lists spanning launches; odd chunks that start blocks off the 16-byte grid.
 PLAN_SHAPES = [(None, None), (1000, 7), (777, 3), (64, 1)]
+SMALL_TABLE_SLOTS, LARGE_TABLE_SLOTS = 203, 1636  # launch_plan.h: the launch tables' capacities
 
 
 def host(arrays):
@@ -178,8 +180,9 @@ def test_every_planned_block_and_thread_runs(kernel):
         assert_passes(run_checked(kernel, tensors, 0.5, LAYOUT_BY_NAME["aligned"], rng, chunk,
                                   max_tensors))
         counts = kernel.take_counts()
-        launches, blocks = kernel.plan(sizes, types, chunk, max_tensors)
-        assert (counts.launches, counts.blocks, counts.threads) == (launches, blocks, 512 * blocks)
+        plan = kernel.plan(sizes, types, chunk, max_tensors)
+        assert ((counts.launches, counts.blocks, counts.threads) ==
+                (plan.launches, plan.blocks, 512 * plan.blocks))
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
@@ -198,6 +201,66 @@ def test_models_launches_and_blocks_counted_by_the_emulation(kernel, model):
     counts = kernel.take_counts()
     assert counts.launches == -(-len(sizes) // kernel.max_tensors)
     assert 1 - sum(sizes) / (counts.blocks * kernel.chunk_elements) < 0.1
+
+
+# --- launch tables: 32 KB where the toolkit and the driver pass them, else 4 KB -----------
+
+@pytest.fixture
+def driver_version(kernel):
+    """Sets what the emulated driver reports; the default comes back afterwards."""
+    yield kernel.set_driver_version
+    kernel.set_driver_version(EMULATED_CUDA_VERSION)
+
+
+def long_list(seed):
+    """1000 small tensors of mixed types, inf/nan in each: more than a 4 KB table holds."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 300, 1000) * (rng.random(1000) > 0.05)  # some empty
+    return host(poison(rng, random_gradients(rng, sizes.tolist())))
+
+
+def four_kb_launches(tensors):
+    return -(-sum(1 for t in tensors if t.size) // SMALL_TABLE_SLOTS)
+
+
+@pytest.mark.parametrize("version", [13000, 12010, 12000, 11080])
+def test_a_long_list_takes_as_few_launches_as_the_driver_allows(kernel, driver_version,
+                                                                version):
+    """Drivers from 12.1 take the 32 KB table: one launch. Older ones get 4 KB tables (the
+    emulation, like such a driver, refuses a launch with more parameters)."""
+    driver_version(version)
+    tensors = long_list(version)
+    for layout in ("aligned", "in_place_misaligned"):
+        result = run_checked(kernel, tensors, 0.375, LAYOUT_BY_NAME[layout],
+                             np.random.default_rng(0))
+        assert_passes(result)
+        assert not result.all_finite
+        assert result.launches == (1 if version >= 12010 else four_kb_launches(tensors))
+    assert kernel.max_tensors == (LARGE_TABLE_SLOTS if version >= 12010 else SMALL_TABLE_SLOTS)
+
+
+def test_the_large_table_is_used_only_past_the_small_ones_capacity(kernel):
+    """A list a 4 KB table holds, or a plan of at most 203 tensors per launch, keeps the 4 KB
+    table: its launches pass 16 KB less to the GPU."""
+    sizes, types = [5] * 300, [0] * 300
+    assert kernel.plan(sizes[:SMALL_TABLE_SLOTS], types).table_bytes <= 4096
+    assert kernel.plan(sizes, types, max_tensors=SMALL_TABLE_SLOTS) == (2, 2, 4080)
+    assert kernel.plan(sizes, types) == (1, 1, 32744)
+
+
+def test_a_cuda_11_build_has_4kb_tables_only(emulated_kernel_cuda11):
+    """An nvcc before 12.1 compiles no kernel with parameters over 4 KB (the emulation's
+    static_assert holds it to that): even a new driver then gets 4 KB launches."""
+    kernel = emulated_kernel_cuda11
+    kernel.set_thread_order("shuffled", seed=3)
+    assert kernel.max_tensors == SMALL_TABLE_SLOTS
+    tensors = long_list(11)
+    result = run_checked(kernel, tensors, 0.375, LAYOUT_BY_NAME["misaligned"],
+                         np.random.default_rng(0))
+    assert_passes(result)
+    assert result.launches == four_kb_launches(tensors)
+    with pytest.raises(HarnessError, match=r"max_tensors must be in \[1, 203\]"):
+        kernel.plan([1] * 300, [0] * 300, max_tensors=SMALL_TABLE_SLOTS + 1)
 
 
 # --- the checks fail when the kernel misbehaves --------------------------------------------

@@ -26,6 +26,7 @@ from tfamp_rewrite.fused_op import build as fused_op_build
 I64P = ctypes.POINTER(ctypes.c_int64)
 MAX_ELEMENTS_PER_LAUNCH = 2**30 - 1  # launch_plan.h: kMaxElementsPerLaunch
 I32P = ctypes.POINTER(ctypes.c_int32)
+Limits = collections.namedtuple("Limits", "small_table large_table chunk")
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +41,26 @@ def planner(tmp_path_factory):
         check=True,
     )
     lib = ctypes.CDLL(str(library))
-    lib.tfamp_test_plan_limits.argtypes = [ctypes.POINTER(ctypes.c_int), I64P]
+    lib.tfamp_test_plan_limits.argtypes = [ctypes.POINTER(ctypes.c_int),
+                                           ctypes.POINTER(ctypes.c_int), I64P]
+    lib.tfamp_test_needs_large_tables.argtypes = [I64P, ctypes.c_int, ctypes.c_int]
     lib.tfamp_test_plan_launches.restype = ctypes.c_int64
     lib.tfamp_test_plan_launches.argtypes = [I64P, I32P, ctypes.c_int, ctypes.c_int64,
-                                             ctypes.c_int, I64P, ctypes.c_int64]
+                                             ctypes.c_int, ctypes.c_int, I64P, ctypes.c_int64]
     lib.tfamp_test_cpu_chunks.restype = ctypes.c_int64
     lib.tfamp_test_cpu_chunks.argtypes = [I64P, ctypes.c_int, ctypes.c_int64, I64P,
                                           ctypes.c_int64]
+    small, large, chunk = ctypes.c_int(), ctypes.c_int(), ctypes.c_int64()
+    lib.tfamp_test_plan_limits(small, large, chunk)
+    lib.limits = Limits(small.value, large.value, chunk.value)
     return lib
 
 
 @pytest.fixture(scope="module")
 def limits(planner):
-    """(tensors per launch, elements per block) as launch_plan.h sets them."""
-    max_tensors, chunk = ctypes.c_int(), ctypes.c_int64()
-    planner.tfamp_test_plan_limits(max_tensors, chunk)
-    return max_tensors.value, chunk.value
+    """The two launch tables' capacities (tensors per launch) and the elements per block, as
+    launch_plan.h sets them."""
+    return planner.limits
 
 
 def _as_c(array, ctype):
@@ -74,14 +79,19 @@ class Plan(collections.namedtuple("Plan", "launches slots parts")):
         return self.parts[self.parts[:, 0] == launch][:, 1:]
 
 
-def plan_launches(planner, sizes, types, chunk, max_tensors) -> Plan:
+def plan_launches(planner, sizes, types, chunk, max_tensors, table_slots=None) -> Plan:
+    """PlanLaunches in tables of ``table_slots`` (default: the small table when it holds
+    ``max_tensors``, else the large one)."""
+    if table_slots is None:
+        small, large, _ = planner.limits
+        table_slots = small if max_tensors <= small else large
     sizes = np.asarray(sizes, np.int64)
     types = np.asarray(types, np.int32)
     blocks = int(((sizes + chunk - 1) // chunk).sum()) + len(sizes)  # bounds blocks and launches
     slots = len(sizes) + 16 + int(sizes.sum()) // MAX_ELEMENTS_PER_LAUNCH  # pieces included
     out = np.empty(4 * len(sizes) + 6 * slots + 4 * (blocks + slots) + 16, np.int64)
     n = planner.tfamp_test_plan_launches(_as_c(sizes, ctypes.c_int64), _as_c(types, ctypes.c_int32),
-                                         len(sizes), chunk, max_tensors,
+                                         len(sizes), chunk, max_tensors, table_slots,
                                          _as_c(out, ctypes.c_int64), out.size)
     assert n >= 0
     launches, slots, parts, i = [], [], [], 0
@@ -115,11 +125,11 @@ def assert_covers_each_element_once(tensor_of_part, begins, ends, sizes):
     assert sorted(set(tensor_of_part.tolist())) == np.flatnonzero(sizes).tolist()
 
 
-def check_plan(planner, sizes, chunk, max_tensors, rng) -> Plan:
+def check_plan(planner, sizes, chunk, max_tensors, rng, table_slots=None) -> Plan:
     """Every property of a plan, checked over all its launches at once; returns it."""
     sizes = np.asarray(sizes, np.int64)
     types = rng.integers(0, 3, len(sizes))
-    plan = plan_launches(planner, sizes, types, chunk, max_tensors)
+    plan = plan_launches(planner, sizes, types, chunk, max_tensors, table_slots)
     num_tensors, num_blocks, chunks = plan.launches.T
     assert len(plan.launches) == -(-int(np.count_nonzero(sizes)) // max_tensors)
     if not len(plan.launches):
@@ -174,7 +184,7 @@ def test_thousands_of_random_mixes_cover_every_element_once(planner, limits):
     for _ in range(2000):
         chunk = int(rng.choice([1, 2, 3, 7, 64, 1000]))
         check_plan(planner, random_size_mix(rng, chunk), chunk,
-                   int(rng.choice([1, 2, 3, 5, limits[0]])), rng)
+                   int(rng.choice([1, 2, 3, 5, limits.small_table, limits.large_table])), rng)
 
 
 @settings(max_examples=300, deadline=None)
@@ -185,7 +195,7 @@ def test_planner_properties_on_small_lists(planner, sizes, chunk, max_tensors):
 
 
 def test_small_tensors_share_blocks_and_big_ones_stay_in_one_launch(planner, limits):
-    max_tensors, chunk = limits
+    max_tensors, chunk = limits.small_table, limits.chunk
     plan = check_plan(planner, [10] * 100 + [0, 1], chunk, max_tensors, np.random.default_rng(1))
     assert plan.launches[:, 1].tolist() == [1]
     assert len(plan.parts) == 101  # one block walks all 101 tensors
@@ -202,7 +212,7 @@ def test_tensors_beyond_a_launchs_elements_are_cut_into_pieces(planner, limits):
     """A launch holds fewer than 2^30 elements (30 bits per slot start): a bigger list spans
     launches, a bigger tensor is cut into slots whose pointers advance by the elements before
     them; every element is still covered once, in order."""
-    max_tensors, _ = limits
+    max_tensors = limits.small_table
     chunk = 2**24
     sizes = np.array([MAX_ELEMENTS_PER_LAUNCH + 5, 3, 2**31, 7], np.int64)
     types = np.array([0, 1, 2, 0], np.int32)
@@ -224,12 +234,42 @@ def test_tensors_beyond_a_launchs_elements_are_cut_into_pieces(planner, limits):
                                     sizes)
 
 
-def test_long_lists_need_one_launch_per_table_of_tensors(planner, limits):
-    max_tensors, chunk = limits
+@pytest.mark.parametrize("table", ["small_table", "large_table"])
+def test_long_lists_need_one_launch_per_table_of_tensors(planner, limits, table):
+    max_tensors, chunk = getattr(limits, table), limits.chunk
     rng = np.random.default_rng(5)
-    for _ in range(20):  # up to 1000 tensors of up to several million elements
-        sizes = rng.integers(0, 6_000_000, int(rng.integers(1, 1000))) // rng.integers(1, 1000)
+    for _ in range(20):  # up to 4000 tensors of up to several million elements
+        sizes = rng.integers(0, 6_000_000, int(rng.integers(1, 4000))) // rng.integers(1, 1000)
         check_plan(planner, sizes.tolist(), chunk, max_tensors, rng)
+
+
+def test_the_table_size_changes_the_capacity_not_the_plan(planner, limits):
+    """Planned at the same tensors per launch, both tables hold the same slots and parts."""
+    rng = np.random.default_rng(8)
+    for max_tensors in (1, 7, limits.small_table):
+        sizes = random_size_mix(rng, 64)
+        types = rng.integers(0, 3, len(sizes))
+        small, large = (plan_launches(planner, sizes, types, 64, max_tensors, table)
+                        for table in (limits.small_table, limits.large_table))
+        for a, b in zip(small, large):
+            assert np.array_equal(a, b)
+
+
+def test_the_large_table_is_needed_past_the_small_ones_capacity(planner, limits):
+    """Only lists with more non-empty tensors than a small table holds, and launches allowed
+    more than it holds, need the large table."""
+    small = limits.small_table
+
+    def needs_large(sizes, max_tensors):
+        sizes = np.asarray(sizes, np.int64)
+        return bool(planner.tfamp_test_needs_large_tables(_as_c(sizes, ctypes.c_int64),
+                                                          len(sizes), max_tensors))
+
+    assert not needs_large([1] * small, limits.large_table)
+    assert needs_large([1] * (small + 1), limits.large_table)
+    assert not needs_large([1] * small + [0] * 50, limits.large_table)
+    assert not needs_large([1] * 1000, small)
+    assert needs_large([1] * 1000, small + 1)
 
 
 def test_model_sizes_match_the_benchmarks_resnet50():
@@ -245,10 +285,12 @@ def test_model_sizes_match_the_benchmarks_resnet50():
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("table", ["small_table", "large_table"])
 def test_real_models_need_few_launches_and_waste_under_a_tenth_of_their_blocks(
-        planner, limits, model):
-    """Tail waste: block capacity (blocks x chunk) that holds no element."""
-    max_tensors, chunk = limits
+        planner, limits, model, table):
+    """Tail waste: block capacity (blocks x chunk) that holds no element. With the large
+    table every model here takes one launch."""
+    max_tensors, chunk = getattr(limits, table), limits.chunk
     sizes = model_sizes(model)
     plan = check_plan(planner, sizes, chunk, max_tensors, np.random.default_rng(0))
     assert len(plan.launches) == -(-len(sizes) // max_tensors)

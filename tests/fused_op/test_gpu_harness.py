@@ -7,6 +7,7 @@ the architecture choice, and the nvcc build of the real GPU library with its err
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -55,7 +56,7 @@ def test_the_whole_harness_runs_on_the_emulation_without_tensorflow(emulated_ker
     assert [(row[0], int(row[1]), int(row[2])) for row in plan] == [
         (name, count, elements) for name, (count, elements) in
         model_gradients.model_summary().items()]
-    assert all(float(row[5].rstrip("%")) < 10 for row in plan)  # tail waste
+    assert all(float(row[6].rstrip("%")) < 10 for row in plan)  # tail waste
     assert lines[-1] == "test-gpu: PASS"
 
 
@@ -87,11 +88,11 @@ def test_bandwidth_table_on_the_emulation(emulated_kernel, monkeypatch, capsys):
     assert len(rows) == 2 * 6 + 3 * len(gpu_check.CHUNK_SWEEP) + len(gpu_check.LAUNCH_SWEEP)
     assert [row[1] for row in rows[:6]] == ["float32", "float32", "float16", "float16",
                                             "bfloat16", "bfloat16"]
-    first = rows[0]  # resnet50 float32: tensors, MB, launches, blocks, ...
+    first = rows[0]  # resnet50 float32: tensors, MB, launches, table, blocks, ...
     assert first[:2] == ["resnet50", "float32"] and int(first[2]) == 4
     assert float(first[3]) == pytest.approx(sum(small["resnet50"]) * 4 / 1e6, abs=0.05)
-    launches, blocks = emulated_kernel.plan(small["resnet50"], [0] * 4)
-    assert (int(first[4]), int(first[5])) == (launches, blocks)
+    plan = emulated_kernel.plan(small["resnet50"], [0] * 4)
+    assert (int(first[4]), first[5], int(first[6])) == (plan.launches, "4K", plan.blocks)
     assert all(row[-1] == "ok" or row[-2] == "BELOW" for row in rows)
     assert "(emulated: CPU times, not GPU figures)" in lines[0]
     assert lines[1] == "  PyTorch and composite columns empty: emulated run: no GPU to time peers on"
@@ -99,8 +100,9 @@ def test_bandwidth_table_on_the_emulation(emulated_kernel, monkeypatch, capsys):
 
 
 def test_bandwidth_arithmetic():
-    row = kernel_bandwidth.BandwidthRow("x", 2, 1000, 4000, 1, 1, kernel_ms=0.002, host_ms=0.001,
-                                        copy_ms=0.0017, pytorch_ms=None, composite_ms=None)
+    row = kernel_bandwidth.BandwidthRow("x", 2, 1000, 4000, 1, 1, 4096, kernel_ms=0.002,
+                                        host_ms=0.001, copy_ms=0.0017, pytorch_ms=None,
+                                        composite_ms=None)
     assert row.kernel_gbps == pytest.approx(4.0)  # 8000 bytes moved in 2 us
     assert row.copy_gbps == pytest.approx(8000 / 1700)
     assert row.ratio == pytest.approx(0.85)
@@ -214,8 +216,27 @@ def gpu_build(tmp_path_factory):
 def test_nvcc_builds_the_gpu_harness_with_registers_for_two_blocks_per_sm(gpu_build):
     """ptxas's report is read back; 512-thread blocks, two per SM: <= 64 registers, no spill."""
     _, resources = gpu_build
-    assert list(resources) == ["sm_75"]
-    assert resources["sm_75"].registers <= 64 and resources["sm_75"].spill_bytes == 0
+    assert sorted(resources) == [("sm_75", 203), ("sm_75", 1636)]  # nvcc >= 12.1: both tables
+    assert all(r.registers <= 64 and r.spill_bytes == 0 for r in resources.values())
+
+
+@pytest.mark.parametrize("flags, tables", [
+    ([], [203, 1636]),
+    (["-DTFAMP_KERNEL_PARAMETERS_4KB_ONLY"], [203]),  # a pre-Volta architecture in the build
+])
+def test_the_32kb_table_kernel_is_compiled_only_where_every_architecture_takes_it(
+        tmp_path, flags, tables):
+    """One kernel per launch-table size in the PTX of an nvcc >= 12.1 build; the 4 KB one
+    alone when the build defines TFAMP_KERNEL_PARAMETERS_4KB_ONLY."""
+    toolchain = harness_build.find_toolchain()
+    if toolchain is None:
+        pytest.skip("no nvcc on this machine")
+    ptx = tmp_path / "kernel.ptx"
+    subprocess.run([toolchain.nvcc, "-std=c++14", "-ptx", "-arch=compute_75", *flags, "-I",
+                    str(harness_build.OP_SOURCES), str(harness_build.OP_SOURCES / "gpu_launch.cu"),
+                    "-o", str(ptx)], check=True)
+    entries = re.findall(r"\.entry\s+\S*LaunchTableILi(\d+)E", ptx.read_text())
+    assert sorted(int(slots) for slots in entries) == tables
 
 
 def test_gpu_build_loads_and_reports_cuda_errors_without_a_gpu(gpu_build, emulated_kernel):
@@ -224,8 +245,13 @@ def test_gpu_build_loads_and_reports_cuda_errors_without_a_gpu(gpu_build, emulat
     library, _ = gpu_build
     harness = KernelHarness(library)
     assert not harness.emulated
-    assert ((harness.max_tensors, harness.chunk_elements) ==
-            (emulated_kernel.max_tensors, emulated_kernel.chunk_elements))
+    # No driver answers cudaDriverGetVersion here: 4 KB launch tables, as under an old driver.
+    emulated_kernel.set_driver_version(12000)
+    try:
+        assert ((harness.max_tensors, harness.chunk_elements) ==
+                (emulated_kernel.max_tensors, emulated_kernel.chunk_elements))
+    finally:
+        emulated_kernel.set_driver_version(harness_build.EMULATED_CUDA_VERSION)
     with pytest.raises(HarnessError, match="^device: cudaGetDeviceCount: "):
         harness.device()  # no driver or no device here; CUDA's own words
     with pytest.raises(HarnessError, match="emulation controls"):

@@ -49,7 +49,9 @@ PREFIX = "test-gpu:"
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 SANITIZER_ERROR_EXIT = 86
 CHUNK_SWEEP = (4096, 8192, 16384, 32768, 65536)
-LAUNCH_SWEEP = (203, 80, 40, 20)  # tensors per launch: what each launch boundary costs
+# Tensors per launch: what each launch boundary costs. None: as many as one launch takes here
+# (32 KB tables where CUDA passes them); 203: a 4 KB table's capacity, every CUDA's.
+LAUNCH_SWEEP = (None, 203, 80, 40, 20)
 KINDS = ("float32", "float16", "bfloat16")
 
 
@@ -134,18 +136,21 @@ def build(args, gpu, workdir: Path):
 
 
 def say_resources(resources, instructions) -> None:
-    """Registers, spills and occupancy per architecture, and the PTX conversions each uses."""
+    """Registers, spills and occupancy per architecture and launch-table size, and the PTX
+    conversions each architecture's build uses."""
     import harness_build
 
-    for arch_name, r in sorted(resources.items(), key=lambda item: int(item[0][3:])):
+    for (arch_name, slots), r in sorted(resources.items(),
+                                        key=lambda item: (int(item[0][0][3:]), item[0][1])):
         arch = int(arch_name[3:])
         fit = harness_build.occupancy(arch, r.registers)
         resident = (f"{fit[0]} blocks of {harness_build.THREADS_PER_BLOCK} per SM, occupancy "
                     f"{100 * fit[1]:.0f}%" if fit else "occupancy: architecture not tabulated")
-        used = instructions.get(arch, {})
+        say(f"  kernel on {arch_name}, {slots}-tensor launch table: {r.registers} registers per "
+            f"thread, {r.spill_bytes} bytes spilled, {resident}")
+    for arch, used in sorted(instructions.items()):
         conversions = ", ".join(f"{name} x{count}" for name, count in used.items()) or "-"
-        say(f"  kernel on {arch_name}: {r.registers} registers per thread, {r.spill_bytes} bytes "
-            f"spilled, {resident}; PTX conversions: {conversions}")
+        say(f"  PTX conversions on sm_{arch}: {conversions}")
 
 
 def check_correctness(harness, suite_name: str) -> bool:
@@ -159,18 +164,19 @@ def check_correctness(harness, suite_name: str) -> bool:
 
 
 def planner_lines(harness):
+    from kernel_bandwidth import table_cell
     from model_gradients import MODELS, model_sizes
 
     chunk = harness.chunk_elements
-    lines = [f"{'model':<18} {'tensors':>7} {'elements':>12} {'launches':>8} {'blocks':>7} "
-             f"{'tail waste':>10}   (chunk {chunk} elements, <= {harness.max_tensors} "
-             f"tensors per launch)"]
+    lines = [f"{'model':<18} {'tensors':>7} {'elements':>12} {'launches':>8} {'table':>5} "
+             f"{'blocks':>7} {'tail waste':>10}   (chunk {chunk} elements, <= "
+             f"{harness.max_tensors} tensors per launch here)"]
     for name in MODELS:
         sizes = model_sizes(name)
-        launches, blocks = harness.plan(sizes, [0] * len(sizes))
-        waste = 1 - sum(sizes) / (blocks * chunk)
-        lines.append(f"{name:<18} {len(sizes):>7} {sum(sizes):>12} {launches:>8} {blocks:>7} "
-                     f"{100 * waste:>9.2f}%")
+        plan = harness.plan(sizes, [0] * len(sizes))
+        waste = 1 - sum(sizes) / (plan.blocks * chunk)
+        lines.append(f"{name:<18} {len(sizes):>7} {sum(sizes):>12} {plan.launches:>8} "
+                     f"{table_cell(plan.table_bytes):>5} {plan.blocks:>7} {100 * waste:>9.2f}%")
     return lines
 
 
@@ -230,9 +236,10 @@ def report_bandwidth(harness, models, iterations: int, emulated: bool) -> None:
             say("  " + line)
     launch_model = "transformer_1000" if "transformer_1000" in models else models[-1]
     say(f"{PREFIX} tensors per launch (what a launch boundary costs), {launch_model} float16:")
+    most = harness.max_tensors
+    limits = sorted({min(limit or most, most) for limit in LAUNCH_SWEEP}, reverse=True)
     sweep = [measure(harness, f"{launch_model} {limit} per launch", model_sizes(launch_model),
-                     "float16", iterations, max_tensors=min(limit, harness.max_tensors))
-             for limit in LAUNCH_SWEEP]
+                     "float16", iterations, max_tensors=limit) for limit in limits]
     for line in format_rows(sweep):
         say("  " + line)
 

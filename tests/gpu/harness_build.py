@@ -5,10 +5,12 @@ Both builds compile the op's own sources from ``custom_ops/unscale_and_check_fin
 
 * ``build_gpu(directory, archs)``: nvcc, the CUDA runtime linked statically (nvcc's
   default), ``-lineinfo`` so compute-sanitizer reports source lines. Returns the library
-  and ptxas's register and spill counts of the kernel per architecture.
-* ``build_emulation(directory, address_sanitizer=False, arch=75)``: ``$CXX`` (default g++)
-  compiles the ``.cu`` files as C++ against ``emulation/cuda_runtime.h``, warnings as errors,
-  with the device code taking the paths of ``sm_<arch>`` (900: bfloat16's instruction).
+  and ptxas's register and spill counts of the kernel per architecture and table size.
+* ``build_emulation(directory, address_sanitizer=False, arch=75, cuda_version=13000)``:
+  ``$CXX`` (default g++) compiles the ``.cu`` files as C++ against
+  ``emulation/cuda_runtime.h``, warnings as errors, with the device code taking the paths of
+  ``sm_<arch>`` (90: bfloat16's instruction) and the toolkit's of ``cuda_version`` (11080:
+  4 KB launch tables only).
 
 nvcc is found as ``make op`` finds it (``tfamp_rewrite/fused_op/cuda_toolchain.py``, loaded
 by path: it uses the standard library only), so ``TFAMP_NVCC`` and ``TFAMP_CUDA_ARCHS`` apply.
@@ -23,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -31,7 +33,8 @@ OP_SOURCES = REPO / "custom_ops" / "unscale_and_check_finite"
 EMULATION = HERE / "emulation"
 HARNESS_SOURCE = HERE / "harness_capi.cu"
 GPU_LIBRARY = "libtfamp_kernel_harness_gpu.so"
-EMULATION_LIBRARY = "libtfamp_kernel_harness_emulated_sm{arch}.so"
+EMULATION_LIBRARY = "libtfamp_kernel_harness_emulated_sm{arch}_cuda{cuda}.so"
+EMULATED_CUDA_VERSION = 13000  # CUDART_VERSION of the emulated toolkit: CUDA 13.0
 KERNEL_NAME = "UnscaleAndCheckFiniteKernel"
 
 EMULATION_FLAGS = ("-std=c++14", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
@@ -132,30 +135,33 @@ def _run(argv: Sequence[str], cwd: Path) -> str:
     return result.stdout
 
 
-def kernel_resources(ptxas_output: str) -> Dict[str, KernelResources]:
-    """{"sm_90": KernelResources(registers, spill bytes)} of the op's kernel, from ptxas -v."""
-    resources, arch, spills = {}, None, 0
+def kernel_resources(ptxas_output: str) -> Dict[Tuple[str, int], KernelResources]:
+    """{("sm_90", 203): KernelResources(registers, spill bytes)} of the op's kernel, per
+    architecture and launch-table capacity (one kernel per table size), from ptxas -v."""
+    resources, key, spills = {}, None, 0
     for line in ptxas_output.splitlines():
         entry = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+)'", line)
         if entry:
-            arch = entry.group(2) if KERNEL_NAME in entry.group(1) else None
+            table = re.search(r"LaunchTableILi(\d+)E", entry.group(1))
+            key = ((entry.group(2), int(table.group(1)))
+                   if KERNEL_NAME in entry.group(1) and table else None)
             spills = 0
             continue
-        if arch is None:
+        if key is None:
             continue
         spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if spill:
             spills = int(spill.group(1)) + int(spill.group(2))
         used = re.search(r"Used (\d+) registers", line)
         if used:
-            resources[arch] = KernelResources(int(used.group(1)), spills)
-            arch = None
+            resources[key] = KernelResources(int(used.group(1)), spills)
+            key = None
     return resources
 
 
 def build_gpu(directory: Path, archs: Sequence[int], toolchain=None,
               extra_flags: Sequence[str] = ()):
-    """(library path, {arch: KernelResources}) of the nvcc build for ``archs`` (plus
+    """(library path, kernel_resources) of the nvcc build for ``archs`` (plus
     ``extra_flags``, e.g. a -D of a kernel variant)."""
     toolchain = toolchain or find_toolchain()
     if toolchain is None:
@@ -165,6 +171,7 @@ def build_gpu(directory: Path, archs: Sequence[int], toolchain=None,
     directory.mkdir(parents=True, exist_ok=True)
     library = directory / GPU_LIBRARY
     output = _run([toolchain.nvcc, *NVCC_FLAGS, *extra_flags, *gencode_flags(archs),
+                   *cuda_toolchain_module().kernel_parameter_flags(archs),
                    "-I", str(OP_SOURCES),
                    str(HARNESS_SOURCE), str(OP_SOURCES / "gpu_launch.cu"),
                    str(OP_SOURCES / "launch_plan.cc"), "-o", str(library)], directory)
@@ -192,7 +199,8 @@ def conversion_instructions(archs: Sequence[int], toolchain=None) -> Dict[int, D
     with tempfile.TemporaryDirectory(prefix="tfamp-ptx-") as scratch:
         for arch in archs:
             ptx = Path(scratch) / f"kernel_{arch}.ptx"
-            _run([toolchain.nvcc, "-std=c++14", "-ptx", f"-arch=compute_{arch}", "-I",
+            _run([toolchain.nvcc, "-std=c++14", "-ptx", f"-arch=compute_{arch}",
+                  *cuda_toolchain_module().kernel_parameter_flags([arch]), "-I",
                   str(OP_SOURCES), str(OP_SOURCES / "gpu_launch.cu"), "-o", str(ptx)],
                  Path(scratch))
             text = ptx.read_text()
@@ -201,17 +209,21 @@ def conversion_instructions(archs: Sequence[int], toolchain=None) -> Dict[int, D
     return counts
 
 
-def build_emulation(directory: Path, address_sanitizer: bool = False, arch: int = 75) -> Path:
-    """The harness against the grid emulation of an ``sm_<arch>`` device, compiled by ``$CXX``."""
+def build_emulation(directory: Path, address_sanitizer: bool = False, arch: int = 75,
+                    cuda_version: int = EMULATED_CUDA_VERSION) -> Path:
+    """The harness against the grid emulation of an ``sm_<arch>`` device, compiled by ``$CXX``
+    as if by the nvcc of ``cuda_version`` (11080: CUDA 11.8, whose kernels take no
+    parameters over 4 KB)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    library = directory / EMULATION_LIBRARY.format(arch=arch)
+    library = directory / EMULATION_LIBRARY.format(arch=arch, cuda=cuda_version)
     if address_sanitizer:
         optimise = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
     else:
         optimise = ["-O2"]
     _run([os.environ.get("CXX", "g++"), *EMULATION_FLAGS, *optimise,
           f"-DTFAMP_EMULATED_CUDA_ARCH={10 * arch}",
+          f"-DTFAMP_EMULATED_CUDART_VERSION={cuda_version}",
           "-I", str(EMULATION), "-I", str(OP_SOURCES),
           "-x", "c++", str(OP_SOURCES / "gpu_launch.cu"), str(HARNESS_SOURCE),
           "-x", "none", str(OP_SOURCES / "launch_plan.cc"), str(EMULATION / "emulation_capi.cc"),

@@ -54,20 +54,31 @@ std::vector<tfamp::TensorRef> Tensors(const uint64_t* in, const uint64_t* out,
 // What UnscaleAndCheckFiniteGpuOp::Unscale does: plan on the host, enqueue, no waiting.
 int PlanAndEnqueue(const std::vector<tfamp::TensorRef>& tensors, int64_t chunk_elements,
                    int max_tensors, const float* inv_scale, bool* all_finite, int* launches) {
-  const std::vector<tfamp::LaunchTable> plan = tfamp::PlanLaunches(
-      tensors.data(), static_cast<int>(tensors.size()), chunk_elements, max_tensors);
-  if (launches) *launches = static_cast<int>(plan.size());
   const char* error = tfamp::EnqueueUnscaleAndCheckFinite(
-      plan.data(), static_cast<int>(plan.size()), inv_scale, all_finite, nullptr);
+      tensors.data(), static_cast<int>(tensors.size()), chunk_elements, max_tensors, inv_scale,
+      all_finite, nullptr, launches);
   return error ? Fail(std::string("EnqueueUnscaleAndCheckFinite: ") + error) : 0;
 }
 
 int CheckPlanArguments(int64_t chunk_elements, int max_tensors) {
   if (chunk_elements < 1) return Fail("chunk_elements must be >= 1");
-  if (max_tensors < 1 || max_tensors > tfamp::kMaxTensorsPerLaunch) {
-    return Fail("max_tensors must be in [1, " + std::to_string(tfamp::kMaxTensorsPerLaunch) + "]");
+  const int most = tfamp::MaxTensorsPerLaunch();
+  if (max_tensors < 1 || max_tensors > most) {
+    return Fail("max_tensors must be in [1, " + std::to_string(most) + "]");
   }
   return 0;
+}
+
+// The launches and blocks of a plan in `Table`s, and the table's size in bytes.
+template <class Table>
+void DescribePlan(const std::vector<tfamp::TensorRef>& tensors, int64_t chunk_elements,
+                  int max_tensors, int* launches, int64_t* blocks, int* table_bytes) {
+  const std::vector<Table> plan = tfamp::PlanLaunches<Table>(
+      tensors.data(), static_cast<int>(tensors.size()), chunk_elements, max_tensors);
+  *launches = static_cast<int>(plan.size());
+  *blocks = 0;
+  for (const Table& table : plan) *blocks += table.num_blocks;
+  *table_bytes = static_cast<int>(sizeof(Table));
 }
 
 // What the probe kernel runs on each input (tfamp_harness_convert). The instructions are
@@ -119,7 +130,7 @@ extern "C" {
 
 const char* tfamp_harness_error() { return LastError().c_str(); }
 
-int tfamp_harness_max_tensors_per_launch() { return tfamp::kMaxTensorsPerLaunch; }
+int tfamp_harness_max_tensors_per_launch() { return tfamp::MaxTensorsPerLaunch(); }
 
 int64_t tfamp_harness_default_chunk_elements() { return tfamp::kGpuChunkElements; }
 
@@ -161,18 +172,20 @@ int tfamp_harness_memset(void* pointer, int value, int64_t bytes) {
   return Check(cudaMemset(pointer, value, static_cast<size_t>(bytes)), "cudaMemset");
 }
 
-// The plan for tensors of these sizes and types (nothing is launched): launches and, in
-// *blocks, thread blocks over all launches.
+// The plan the op makes for tensors of these sizes and types (nothing is launched):
+// launches, thread blocks over all launches, and the bytes of each launch's table.
 int tfamp_harness_plan(const int64_t* sizes, const int32_t* types, int n, int64_t chunk_elements,
-                       int max_tensors, int* launches, int64_t* blocks) {
+                       int max_tensors, int* launches, int64_t* blocks, int* table_bytes) {
   if (CheckPlanArguments(chunk_elements, max_tensors)) return -1;
   std::vector<uint64_t> fake(n, 0);
   const std::vector<tfamp::TensorRef> tensors = Tensors(fake.data(), fake.data(), sizes, types, n);
-  const std::vector<tfamp::LaunchTable> plan =
-      tfamp::PlanLaunches(tensors.data(), n, chunk_elements, max_tensors);
-  *launches = static_cast<int>(plan.size());
-  *blocks = 0;
-  for (const tfamp::LaunchTable& table : plan) *blocks += table.num_blocks;
+  if (tfamp::NeedsLargeTables(tensors.data(), n, max_tensors)) {
+    DescribePlan<tfamp::LargeLaunchTable>(tensors, chunk_elements, max_tensors, launches, blocks,
+                                          table_bytes);
+  } else {
+    DescribePlan<tfamp::SmallLaunchTable>(tensors, chunk_elements, max_tensors, launches, blocks,
+                                          table_bytes);
+  }
   return 0;
 }
 

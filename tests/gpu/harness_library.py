@@ -23,6 +23,7 @@ THREAD_ORDERS = {"in_order": 0, "reversed": 1, "shuffled": 2}
 
 DeviceInfo = collections.namedtuple("DeviceInfo", "name major minor multiprocessors memory_bytes")
 LaunchCounts = collections.namedtuple("LaunchCounts", "launches blocks threads")
+PlanShape = collections.namedtuple("PlanShape", "launches blocks table_bytes")
 
 
 class HarnessError(RuntimeError):
@@ -41,7 +42,8 @@ def _signatures(lib):
         "tfamp_harness_free": (c.c_int, [c.c_void_p]),
         "tfamp_harness_copy": (c.c_int, [c.c_void_p, c.c_void_p, c.c_int64, c.c_int]),
         "tfamp_harness_memset": (c.c_int, [c.c_void_p, c.c_int, c.c_int64]),
-        "tfamp_harness_plan": (c.c_int, [I64P, I32P, c.c_int, c.c_int64, c.c_int, IntP, I64P]),
+        "tfamp_harness_plan": (c.c_int, [I64P, I32P, c.c_int, c.c_int64, c.c_int, IntP, I64P,
+                                         IntP]),
         "tfamp_harness_unscale": (c.c_int, [U64P, U64P, I64P, I32P, c.c_int, c.c_int64, c.c_int,
                                             c.c_void_p, c.c_void_p, IntP]),
         "tfamp_harness_time_unscale": (c.c_int, [U64P, U64P, I64P, I32P, c.c_int, c.c_int64,
@@ -92,8 +94,14 @@ class KernelHarness:
             self.lib.tfamp_emulation_set_thread_order.argtypes = [ctypes.c_int, ctypes.c_uint64]
             self.lib.tfamp_emulation_set_execute.argtypes = [ctypes.c_int]
             self.lib.tfamp_emulation_take_counters.argtypes = [I64P, I64P, I64P]
-        self.max_tensors = self.lib.tfamp_harness_max_tensors_per_launch()
+            self.lib.tfamp_emulation_set_driver_version.argtypes = [ctypes.c_int]
         self.chunk_elements = self.lib.tfamp_harness_default_chunk_elements()
+
+    @property
+    def max_tensors(self) -> int:
+        """The most tensors one launch takes here: 1636 where the toolkit and the driver pass
+        32 KB kernel parameters (CUDA 12.1 and newer), else 203."""
+        return self.lib.tfamp_harness_max_tensors_per_launch()
 
     def _check(self, status, what: str):
         if status != 0:
@@ -138,15 +146,15 @@ class KernelHarness:
     # --- the op ----------------------------------------------------------------------------
 
     def plan(self, sizes: Sequence[int], type_codes: Sequence[int], chunk_elements=None,
-             max_tensors=None) -> Tuple[int, int]:
-        """(launches, blocks) the planner makes for such a list; nothing runs."""
+             max_tensors=None) -> PlanShape:
+        """The launches, blocks and table bytes the op plans for such a list; nothing runs."""
         sizes_a, sizes_p = _c_array(sizes, np.int64)
         _types_a, types_p = _c_array(type_codes, np.int32)
-        launches, blocks = ctypes.c_int(), ctypes.c_int64()
+        launches, blocks, table_bytes = ctypes.c_int(), ctypes.c_int64(), ctypes.c_int()
         self._check(self.lib.tfamp_harness_plan(
             sizes_p, types_p, len(sizes_a), chunk_elements or self.chunk_elements,
-            max_tensors or self.max_tensors, launches, blocks), "plan")
-        return launches.value, blocks.value
+            max_tensors or self.max_tensors, launches, blocks, table_bytes), "plan")
+        return PlanShape(launches.value, blocks.value, table_bytes.value)
 
     def unscale(self, tensors: TensorList, inv_scale_ptr: int, all_finite_ptr: int,
                 chunk_elements=None, max_tensors=None) -> int:
@@ -200,6 +208,11 @@ class KernelHarness:
     def set_execute(self, execute: bool) -> None:
         self._emulation_only()
         self.lib.tfamp_emulation_set_execute(int(execute))
+
+    def set_driver_version(self, version: int) -> None:
+        """What the emulated driver reports from now on (12000: CUDA 12.0)."""
+        self._emulation_only()
+        self.lib.tfamp_emulation_set_driver_version(int(version))
 
     def take_counts(self) -> LaunchCounts:
         """Launches, blocks and threads the emulation ran since the last call."""

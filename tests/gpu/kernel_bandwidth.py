@@ -31,10 +31,11 @@ ALIGNMENT = 256
 
 
 class BandwidthRow(collections.namedtuple(
-        "BandwidthRow", "label tensors elements nbytes launches blocks kernel_ms host_ms "
-                        "copy_ms pytorch_ms composite_ms")):
-    """One measurement: what ran, and its kernel, host and memcpy times per call (ms); the
-    peers' times, or None where they were not measured."""
+        "BandwidthRow", "label tensors elements nbytes launches blocks table_bytes kernel_ms "
+                        "host_ms copy_ms pytorch_ms composite_ms")):
+    """One measurement: what ran (launches of ``table_bytes`` kernel parameters), and its
+    kernel, host and memcpy times per call (ms); the peers' times, or None where they were
+    not measured."""
 
     __slots__ = ()
 
@@ -109,8 +110,7 @@ def measure(harness: KernelHarness, label: str, sizes: Sequence[int], kind: str,
         harness.upload(scalars, np.array([inv_scale], np.float32).view(np.uint8))
         tensors = TensorList([inputs + o for o in offsets[:-1]], [outputs + o for o in offsets[:-1]],
                              sizes, [TYPE_CODES[kind]] * len(sizes))
-        launches, blocks = harness.plan(sizes, [TYPE_CODES[kind]] * len(sizes), chunk_elements,
-                                        max_tensors)
+        plan = harness.plan(sizes, [TYPE_CODES[kind]] * len(sizes), chunk_elements, max_tensors)
         kernel_ms, host_ms = harness.time_unscale(tensors, scalars, scalars + 4, iterations,
                                                   chunk_elements, max_tensors)
         copy_target = harness.malloc(arena.nbytes) if in_place else outputs
@@ -124,8 +124,13 @@ def measure(harness: KernelHarness, label: str, sizes: Sequence[int], kind: str,
         harness.free(inputs)
         if not in_place:
             harness.free(outputs)
-    return BandwidthRow(label, len(sizes), sum(sizes), sum(nbytes), launches, blocks, kernel_ms,
-                        host_ms, copy_ms, None, None)
+    return BandwidthRow(label, len(sizes), sum(sizes), sum(nbytes), plan.launches, plan.blocks,
+                        plan.table_bytes, kernel_ms, host_ms, copy_ms, None, None)
+
+
+def table_cell(table_bytes: int) -> str:
+    """A launch table's size in KB, as the kernel-parameter limits are spoken of (4K, 32K)."""
+    return f"{-(-table_bytes // 1024)}K"
 
 
 def _ratio_cell(value: Optional[float]) -> str:
@@ -140,7 +145,8 @@ def format_rows(rows: Sequence[BandwidthRow], target: float = TARGET_RATIO,
                 pytorch_target: float = PYTORCH_TARGET) -> List[str]:
     """A table, one line per row, with the verdicts against ``target`` (vs memcpy) and, where
     PyTorch was timed, ``pytorch_target``."""
-    header = (f"{'gradients':<30} {'tensors':>7} {'MB':>7} {'launch':>6} {'blocks':>6} "
+    header = (f"{'gradients':<30} {'tensors':>7} {'MB':>7} {'launch':>6} {'table':>5} "
+              f"{'blocks':>6} "
               f"{'ours ms':>8} {'GB/s':>7} {'memcpy ms':>9} {'vs memcpy':>9} "
               f"{'PyTorch ms':>10} {'vs PyTorch':>10} {'composite ms':>12} {'vs comp.':>8} "
               f"{'host ms':>7}  verdict (>= {target:g}x memcpy, >= {pytorch_target:g}x PyTorch)")
@@ -153,8 +159,8 @@ def format_rows(rows: Sequence[BandwidthRow], target: float = TARGET_RATIO,
             misses.append("PyTorch")
         verdict = "ok" if not misses else "BELOW " + "+".join(misses)
         lines.append(f"{r.label:<30} {r.tensors:>7} {r.nbytes / 1e6:>7.1f} {r.launches:>6} "
-                     f"{r.blocks:>6} {r.kernel_ms:>8.4f} {r.kernel_gbps:>7.0f} "
-                     f"{r.copy_ms:>9.4f} {r.ratio:>9.2f} {_ms_cell(r.pytorch_ms):>10} "
+                     f"{table_cell(r.table_bytes):>5} {r.blocks:>6} {r.kernel_ms:>8.4f} "
+                     f"{r.kernel_gbps:>7.0f} {r.copy_ms:>9.4f} {r.ratio:>9.2f} {_ms_cell(r.pytorch_ms):>10} "
                      f"{_ratio_cell(r.vs_pytorch):>10} {_ms_cell(r.composite_ms):>12} "
                      f"{_ratio_cell(r.vs_composite):>8} {r.host_ms:>7.4f}  {verdict}")
     return lines

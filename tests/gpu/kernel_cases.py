@@ -5,7 +5,8 @@ mixed-kind tensors of 0 to millions of elements, clean and with inf/nan at the f
 and a random element; one special in a big tensor; every 16-bit pattern; the flag computed
 on the inputs. Each runs in every buffer layout (aligned, misaligned, in place), and some
 with small chunks and few tensors per launch, so that blocks span tensors and lists span
-launches at sizes a GPU checks quickly.
+launches at sizes a GPU checks quickly. A list of 1000 small tensors runs in both launch
+tables: one 32 KB launch (where CUDA passes it) and five 4 KB ones.
 """
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ SuiteResult = collections.namedtuple("SuiteResult", "cases launches elements fai
 # (chunk_elements, max_tensors): the defaults, then blocks spanning many small tensors and
 # lists spanning many launches; odd chunks start blocks off the 16-byte grid.
 PLAN_SHAPES = ((None, None), (1000, 7), (777, 3), (64, 1))
+# A list longer than a 4 KB launch table holds: one launch of the 32 KB table where CUDA
+# passes one (the default plan), five of the 4 KB table (at most 203 tensors per launch).
+LONG_LIST_TENSORS = 1000
+LONG_LIST_SHAPES = ((None, None), (None, 203))
 SCALES = (1.0, 0.5, 3.0, 1 / 3, 2.0**-10, 65536.0)
 
 
@@ -62,6 +67,15 @@ def _one_special(position: str, big: int) -> Callable:
         bits[index] = 0x7FC00000  # nan
         tensors[2] = HostTensor("float32", bits)
         return tensors
+    return make
+
+
+def _long_list(specials: bool) -> Callable:
+    def make(rng):
+        local = np.random.default_rng(13)
+        sizes = random_sizes(local, LONG_LIST_TENSORS, largest_small=300)
+        tensors = random_tensors(local, sizes)
+        return with_specials(local, tensors) if specials else tensors
     return make
 
 
@@ -108,6 +122,10 @@ def correctness_cases(size: SuiteSize = FULL) -> Iterator[Case]:
                     suffix = f"_chunk{chunk}_max{max_tensors}" if chunk else ""
                     yield Case(name + suffix, make, _random_scale(np.random.default_rng(seed)),
                                layout, chunk, max_tensors)
+        for specials in (False, True):
+            for chunk, max_tensors in LONG_LIST_SHAPES:
+                yield Case(f"long_list_{'specials' if specials else 'clean'}_max{max_tensors}",
+                           _long_list(specials), 0.375, layout, chunk, max_tensors)
         for position in ("first", "last", "middle"):
             yield Case(f"one_nan_{position}_in_a_big_tensor", _one_special(position, size.big),
                        0.125, layout, None, None)

@@ -161,7 +161,8 @@ def _plan(src, cxx, tf_compile, tf_link, cuda, archs):
     abi = [f for f in tf_compile if f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
     gpu_steps = [
         compile_cxx(GPU_HOST_SOURCE, True),
-        _Step((cuda.nvcc, *NVCC_FLAGS, *abi, *cuda_toolchain.gencode_flags(archs), "-c",
+        _Step((cuda.nvcc, *NVCC_FLAGS, *abi, *cuda_toolchain.gencode_flags(archs),
+               *cuda_toolchain.kernel_parameter_flags(archs), "-c",
                str(src / GPU_DEVICE_SOURCE), "-o", _object_name(GPU_DEVICE_SOURCE)),
               _object_name(GPU_DEVICE_SOURCE), True),
     ]

@@ -155,3 +155,15 @@ def gencode_flags(archs):
     flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
     flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
     return flags
+
+
+LARGE_KERNEL_PARAMETERS_MIN_ARCH = 70
+
+
+def kernel_parameter_flags(archs):
+    """``-DTFAMP_KERNEL_PARAMETERS_4KB_ONLY`` when an architecture below Volta is built: only
+    Volta and newer take kernel parameters over 4 KB, so ``gpu_launch.cu`` then compiles its
+    4 KB launch tables only (on any nvcc; an nvcc before CUDA 12.1 does so by itself)."""
+    if min(archs) < LARGE_KERNEL_PARAMETERS_MIN_ARCH:
+        return ["-DTFAMP_KERNEL_PARAMETERS_4KB_ONLY"]
+    return []

@@ -14,7 +14,13 @@
 //     gpu_launch.cu: it checks the launch configuration as CUDA does (errors reported by
 //     cudaGetLastError), counts launches and blocks, then runs every thread of every block,
 //     one after another, in the order set by SetThreadOrder: shuffled by default, so a
-//     kernel whose result depends on which thread runs first fails its tests.
+//     kernel whose result depends on which thread runs first fails its tests;
+//   * a toolkit and a driver version: CUDART_VERSION is TFAMP_EMULATED_CUDART_VERSION
+//     (default 13000, CUDA 13.0), cudaDriverGetVersion answers the emulator's driver_version
+//     (default 13000). Kernel parameters are held to their limits: a kernel whose parameters
+//     exceed what the toolkit compiles (4 KB before 12.1, else 32,764 bytes) does not
+//     compile, and a launch of one over 4 KB fails with cudaErrorNotSupported when the
+//     driver is older than 12.1.
 // Kernels must not use shared memory or __syncthreads (threads run to completion one at a
 // time); arithmetic follows IEEE with denormals (nvcc's default, no -ftz), whatever the
 // calling thread's MXCSR says.
@@ -44,6 +50,12 @@
 #define TFAMP_EMULATED_CUDA_ARCH 750
 #endif
 #define __CUDA_ARCH__ TFAMP_EMULATED_CUDA_ARCH
+// The toolkit the code is compiled with: -DTFAMP_EMULATED_CUDART_VERSION=11080 is CUDA 11.8,
+// which passes no kernel parameters over 4 KB.
+#ifndef TFAMP_EMULATED_CUDART_VERSION
+#define TFAMP_EMULATED_CUDART_VERSION 13000
+#endif
+#define CUDART_VERSION TFAMP_EMULATED_CUDART_VERSION
 #define __global__
 #define __device__
 #define __host__
@@ -98,6 +110,7 @@ enum cudaError_t {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorNotSupported = 801,
 };
 
 enum cudaMemcpyKind {
@@ -142,6 +155,7 @@ struct Emulator {
   bool execute = true;  // false: count launches and check them, run no thread
   LaunchCounters counters = {0, 0, 0};
   cudaError_t last_error = cudaSuccess;
+  int driver_version = 13000;  // what cudaDriverGetVersion answers
 };
 
 // One emulator per process: a function-local static, shared by every translation unit.
@@ -226,17 +240,29 @@ struct ParamBytes<First, Rest...> {
   }
 };
 
+// The most parameter bytes a kernel may take: 4 KB before CUDA 12.1, then 32,764 (Volta and
+// newer, the only GPUs a toolkit that new builds for here).
+constexpr size_t kSmallParameterLimit = 4096;
+constexpr size_t kToolkitParameterLimit = CUDART_VERSION >= 12010 ? 32764 : kSmallParameterLimit;
+constexpr int kLargeParameterDriver = 12010;
+
 // kernel<<<grid, block, 0, stream>>>(args...) as Launch(kernel, grid, block, stream)(args...).
 template <typename... Params>
 class Launch {
  public:
-  static_assert(ParamBytes<Params...>::At(0) <= 4096,
-                "kernel parameters exceed 4 KB, the limit of CUDA before 12.1");
+  static constexpr size_t kParameterBytes = ParamBytes<Params...>::At(0);
+  static_assert(kParameterBytes <= kToolkitParameterLimit,
+                "kernel parameters exceed what this CUDA version passes (4 KB before 12.1)");
 
   Launch(void (*kernel)(Params...), dim3 grid, dim3 block) : kernel_(kernel), grid_(grid), block_(block) {}
 
   template <typename... Args>
   void operator()(const Args&... args) const {
+    if (kParameterBytes > kSmallParameterLimit &&
+        State().driver_version < kLargeParameterDriver) {
+      Fail(cudaErrorNotSupported);
+      return;
+    }
     void (*kernel)(Params...) = kernel_;
     // Each thread receives its own copy of the parameters, as from constant memory.
     RunGrid(grid_, block_, [&]() { kernel(args...); });
@@ -282,8 +308,15 @@ inline const char* cudaGetErrorString(cudaError_t error) {
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorNotSupported:
+      return "operation not supported";
   }
   return "unrecognized error code";
+}
+
+inline cudaError_t cudaDriverGetVersion(int* version) {
+  *version = cuda_emulation::State().driver_version;
+  return cudaSuccess;
 }
 
 inline cudaError_t cudaGetDeviceCount(int* count) {

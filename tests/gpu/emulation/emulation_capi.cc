@@ -19,6 +19,11 @@ void tfamp_emulation_set_thread_order(int order, uint64_t seed) {
 // execute == 0: launches are checked and counted, but no thread runs.
 void tfamp_emulation_set_execute(int execute) { cuda_emulation::State().execute = execute != 0; }
 
+// What cudaDriverGetVersion answers from now on (1000 * major + 10 * minor: 12000 is 12.0).
+void tfamp_emulation_set_driver_version(int version) {
+  cuda_emulation::State().driver_version = version;
+}
+
 // Launches, blocks and threads since the last call; resets the counts.
 void tfamp_emulation_take_counters(int64_t* launches, int64_t* blocks, int64_t* threads) {
   cuda_emulation::LaunchCounters& counters = cuda_emulation::State().counters;
