@@ -21,10 +21,11 @@ class UnscaleAndCheckFiniteGpuOp : public UnscaleAndCheckFiniteKernel {
  protected:
   void Unscale(tensorflow::OpKernelContext* ctx, const std::vector<TensorRef>& tensors,
                const tensorflow::Tensor& inv_scale, tensorflow::Tensor* all_finite) override {
+    void* stream = GpuStreamOf(ctx);
     const char* error = EnqueueUnscaleAndCheckFinite(
         tensors.data(), static_cast<int>(tensors.size()), kGpuChunkElements,
-        MaxTensorsPerLaunch(), reinterpret_cast<const float*>(DataOf(inv_scale)),
-        reinterpret_cast<bool*>(DataOf(*all_finite)), GpuStreamOf(ctx), nullptr);
+        MaxTensorsPerLaunch(stream), reinterpret_cast<const float*>(DataOf(inv_scale)),
+        reinterpret_cast<bool*>(DataOf(*all_finite)), stream, nullptr);
     OP_REQUIRES(ctx, error == nullptr,
                 tensorflow::errors::Internal("UnscaleAndCheckFinite: CUDA launch failed: ",
                                              error ? error : ""));

@@ -3,8 +3,9 @@
 // The kernel takes its launch's table by value, in one of two sizes (launch_plan.h): 4 KB,
 // which every CUDA passes, and 32 KB, which CUDA 12.1 and newer pass to Volta and newer
 // GPUs when the driver is 12.1 or newer too. The large one is compiled in only when the
-// build can (TFAMP_LARGE_KERNEL_PARAMETERS below) and used only when the driver can
-// (MaxTensorsPerLaunch) and the list needs it (NeedsLargeTables).
+// build can (TFAMP_LARGE_KERNEL_PARAMETERS below) and used only when the driver can and the
+// stream is not being captured into a graph (MaxTensorsPerLaunch) and the list needs it
+// (NeedsLargeTables).
 //
 // A block walks the slots its chunk overlaps (launch_plan.h: BlockElements,
 // ForEachPartOfBlock); small tensors share a block. In each part, when the input and output addresses
@@ -190,12 +191,21 @@ const char* ErrorText(cudaError_t err) {
 
 }  // namespace
 
-int MaxTensorsPerLaunch() {
+int MaxTensorsPerLaunch(void* stream) {
 #if TFAMP_LARGE_KERNEL_PARAMETERS
-  // Drivers before 12.1 refuse such a launch. Asked on every call: it is a cheap query,
-  // and a test of the emulation changes the answer.
+  // Drivers before 12.1 refuse such a launch. A kernel node over 4 KB in a CUDA graph has
+  // crashed cudaGraphAddKernelNode (openxla/xla#19252), so a capturing stream gets 4 KB
+  // tables too, as PyTorch's fused optimizers do. Asked on every call: cheap queries, and
+  // the stream's state can change between calls.
   int driver = 0;
-  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver >= 12010) return kLargeTableSlots;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver >= 12010 &&
+      cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) == cudaSuccess &&
+      capture == cudaStreamCaptureStatusNone) {
+    return kLargeTableSlots;
+  }
+#else
+  (void)stream;
 #endif
   return kSmallTableSlots;
 }
@@ -205,8 +215,8 @@ const char* EnqueueUnscaleAndCheckFinite(const TensorRef* tensors, int num_tenso
                                          const float* inv_scale, bool* all_finite, void* stream,
                                          int* num_launches) {
   if (chunk_elements < 1) return "chunk_elements must be at least 1";
-  if (max_tensors < 1 || max_tensors > MaxTensorsPerLaunch()) {
-    return "max_tensors must lie in [1, MaxTensorsPerLaunch()]";
+  if (max_tensors < 1 || max_tensors > MaxTensorsPerLaunch(stream)) {
+    return "max_tensors must lie in [1, MaxTensorsPerLaunch(stream)]";
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if TFAMP_LARGE_KERNEL_PARAMETERS

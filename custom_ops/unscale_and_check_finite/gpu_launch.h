@@ -9,13 +9,14 @@
 
 namespace tfamp {
 
-// The most slots one launch takes in this process: kLargeTableSlots when the nvcc that built
-// gpu_launch.cu and the installed driver both pass kernel parameters over 4 KB (CUDA 12.1 or
-// newer) and the build targets only Volta and newer, else kSmallTableSlots.
-int MaxTensorsPerLaunch();
+// The most slots one launch on `stream` (a cudaStream_t) takes: kLargeTableSlots when the
+// nvcc that built gpu_launch.cu and the installed driver both pass kernel parameters over
+// 4 KB (CUDA 12.1 or newer), the build targets only Volta and newer, and the stream is not
+// being captured into a CUDA graph; else kSmallTableSlots.
+int MaxTensorsPerLaunch(void* stream);
 
 // Plans `tensors` into launches of at most `max_tensors` slots (1 <= max_tensors <=
-// MaxTensorsPerLaunch()) and `chunk_elements`-element blocks (launch_plan.h: PlanLaunches),
+// MaxTensorsPerLaunch(stream)) and `chunk_elements`-element blocks (launch_plan.h: PlanLaunches),
 // in 4 KB tables when one holds them (NeedsLargeTables), else in 32 KB ones; then enqueues on
 // `stream` (a cudaStream_t): all_finite = true, then every launch. `inv_scale` and
 // `all_finite` are device pointers; nothing waits for the device. *num_launches (when not

@@ -239,6 +239,22 @@ def test_a_long_list_takes_as_few_launches_as_the_driver_allows(kernel, driver_v
     assert kernel.max_tensors == (LARGE_TABLE_SLOTS if version >= 12010 else SMALL_TABLE_SLOTS)
 
 
+def test_a_stream_being_captured_into_a_graph_gets_4kb_launches(kernel):
+    """CUDA graphs have crashed on kernel nodes over 4 KB (openxla/xla#19252): while the
+    stream is being captured, the op keeps to the 4 KB table."""
+    tensors = long_list(5)
+    kernel.set_capturing(True)
+    try:
+        assert kernel.max_tensors == SMALL_TABLE_SLOTS
+        result = run_checked(kernel, tensors, 0.375, LAYOUT_BY_NAME["aligned"],
+                             np.random.default_rng(0))
+    finally:
+        kernel.set_capturing(False)
+    assert_passes(result)
+    assert result.launches == four_kb_launches(tensors)
+    assert kernel.max_tensors == LARGE_TABLE_SLOTS
+
+
 def test_the_large_table_is_used_only_past_the_small_ones_capacity(kernel):
     """A list a 4 KB table holds, or a plan of at most 203 tensors per launch, keeps the 4 KB
     table: its launches pass 16 KB less to the GPU."""

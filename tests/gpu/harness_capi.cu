@@ -62,7 +62,7 @@ int PlanAndEnqueue(const std::vector<tfamp::TensorRef>& tensors, int64_t chunk_e
 
 int CheckPlanArguments(int64_t chunk_elements, int max_tensors) {
   if (chunk_elements < 1) return Fail("chunk_elements must be >= 1");
-  const int most = tfamp::MaxTensorsPerLaunch();
+  const int most = tfamp::MaxTensorsPerLaunch(nullptr);
   if (max_tensors < 1 || max_tensors > most) {
     return Fail("max_tensors must be in [1, " + std::to_string(most) + "]");
   }
@@ -130,7 +130,7 @@ extern "C" {
 
 const char* tfamp_harness_error() { return LastError().c_str(); }
 
-int tfamp_harness_max_tensors_per_launch() { return tfamp::MaxTensorsPerLaunch(); }
+int tfamp_harness_max_tensors_per_launch() { return tfamp::MaxTensorsPerLaunch(nullptr); }
 
 int64_t tfamp_harness_default_chunk_elements() { return tfamp::kGpuChunkElements; }
 

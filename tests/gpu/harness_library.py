@@ -95,12 +95,14 @@ class KernelHarness:
             self.lib.tfamp_emulation_set_execute.argtypes = [ctypes.c_int]
             self.lib.tfamp_emulation_take_counters.argtypes = [I64P, I64P, I64P]
             self.lib.tfamp_emulation_set_driver_version.argtypes = [ctypes.c_int]
+            self.lib.tfamp_emulation_set_capturing.argtypes = [ctypes.c_int]
         self.chunk_elements = self.lib.tfamp_harness_default_chunk_elements()
 
     @property
     def max_tensors(self) -> int:
-        """The most tensors one launch takes here: 1636 where the toolkit and the driver pass
-        32 KB kernel parameters (CUDA 12.1 and newer), else 203."""
+        """The most tensors one launch on the default stream takes here: 1636 where the toolkit
+        and the driver pass 32 KB kernel parameters (CUDA 12.1 and newer) and the stream is not
+        being captured into a graph, else 203."""
         return self.lib.tfamp_harness_max_tensors_per_launch()
 
     def _check(self, status, what: str):
@@ -213,6 +215,11 @@ class KernelHarness:
         """What the emulated driver reports from now on (12000: CUDA 12.0)."""
         self._emulation_only()
         self.lib.tfamp_emulation_set_driver_version(int(version))
+
+    def set_capturing(self, capturing: bool) -> None:
+        """Whether the emulated streams report being captured into a CUDA graph."""
+        self._emulation_only()
+        self.lib.tfamp_emulation_set_capturing(int(capturing))
 
     def take_counts(self) -> LaunchCounts:
         """Launches, blocks and threads the emulation ran since the last call."""

@@ -20,7 +20,9 @@
 //     (default 13000). Kernel parameters are held to their limits: a kernel whose parameters
 //     exceed what the toolkit compiles (4 KB before 12.1, else 32,764 bytes) does not
 //     compile, and a launch of one over 4 KB fails with cudaErrorNotSupported when the
-//     driver is older than 12.1.
+//     driver is older than 12.1;
+//   * stream capture: cudaStreamIsCapturing reports every stream as capturing while the
+//     emulator's `capturing` is set (nothing is recorded: launches still run at once).
 // Kernels must not use shared memory or __syncthreads (threads run to completion one at a
 // time); arithmetic follows IEEE with denormals (nvcc's default, no -ftz), whatever the
 // calling thread's MXCSR says.
@@ -124,6 +126,12 @@ enum cudaMemcpyKind {
 struct CUstream_st {};
 typedef CUstream_st* cudaStream_t;
 
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+
 struct CUevent_st {
   std::chrono::steady_clock::time_point time;
 };
@@ -156,6 +164,7 @@ struct Emulator {
   LaunchCounters counters = {0, 0, 0};
   cudaError_t last_error = cudaSuccess;
   int driver_version = 13000;  // what cudaDriverGetVersion answers
+  bool capturing = false;      // what cudaStreamIsCapturing answers for every stream
 };
 
 // One emulator per process: a function-local static, shared by every translation unit.
@@ -385,6 +394,12 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cuda_emulation::State().capturing ? cudaStreamCaptureStatusActive
+                                              : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
 
 inline cudaError_t cudaEventCreate(cudaEvent_t* event) {
   *event = new CUevent_st();

@@ -24,6 +24,11 @@ void tfamp_emulation_set_driver_version(int version) {
   cuda_emulation::State().driver_version = version;
 }
 
+// capturing != 0: cudaStreamIsCapturing says every stream is being captured into a graph.
+void tfamp_emulation_set_capturing(int capturing) {
+  cuda_emulation::State().capturing = capturing != 0;
+}
+
 // Launches, blocks and threads since the last call; resets the counts.
 void tfamp_emulation_take_counters(int64_t* launches, int64_t* blocks, int64_t* threads) {
   cuda_emulation::LaunchCounters& counters = cuda_emulation::State().counters;
