@@ -1,7 +1,6 @@
 #include "launch_plan.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace tfamp {
 namespace {
@@ -10,13 +9,12 @@ int64_t NumChunks(int64_t size, int64_t chunk_elements) {
   return (size + chunk_elements - 1) / chunk_elements;
 }
 
-// Appends an empty table (all zero: unused slots are passed to the kernel, never read).
+// Appends an empty table: resize value-initializes it, all zero (unused slots are passed to
+// the kernel, never read).
 template <class Table>
 void Open(std::vector<Table>* launches, int64_t chunk_elements) {
   launches->resize(launches->size() + 1);
-  Table& table = launches->back();
-  std::memset(&table, 0, sizeof(table));
-  table.chunk_elements = chunk_elements;
+  launches->back().chunk_elements = chunk_elements;
 }
 
 template <class Table>

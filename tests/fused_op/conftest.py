@@ -58,3 +58,13 @@ def emulated_kernel_cuda11(tmp_path_factory):
 
     return KernelHarness(build_emulation(tmp_path_factory.mktemp("grid-emulation-cuda11"),
                                          cuda_version=11080))
+
+
+@pytest.fixture
+def driver_version(emulated_kernel):
+    """Sets what the emulated driver reports (e.g. 12000: CUDA 12.0); the emulation's default
+    comes back afterwards."""
+    from harness_library import EMULATED_DRIVER_VERSION
+
+    yield emulated_kernel.set_driver_version
+    emulated_kernel.set_driver_version(EMULATED_DRIVER_VERSION)

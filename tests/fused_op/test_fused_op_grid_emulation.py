@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from device_check import LAYOUT_BY_NAME, LAYOUTS, run_checked
 from fused_op_cases import DTYPES, SPECIALS, expected, poison, random_gradients, random_sizes
-from harness_build import EMULATED_CUDA_VERSION
 from harness_library import HarnessError, TensorList
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -204,13 +203,6 @@ def test_models_launches_and_blocks_counted_by_the_emulation(kernel, model):
 
 
 # --- launch tables: 32 KB where the toolkit and the driver pass them, else 4 KB -----------
-
-@pytest.fixture
-def driver_version(kernel):
-    """Sets what the emulated driver reports; the default comes back afterwards."""
-    yield kernel.set_driver_version
-    kernel.set_driver_version(EMULATED_CUDA_VERSION)
-
 
 def long_list(seed):
     """1000 small tensors of mixed types, inf/nan in each: more than a 4 KB table holds."""

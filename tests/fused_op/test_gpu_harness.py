@@ -239,19 +239,17 @@ def test_the_32kb_table_kernel_is_compiled_only_where_every_architecture_takes_i
     assert sorted(int(slots) for slots in entries) == tables
 
 
-def test_gpu_build_loads_and_reports_cuda_errors_without_a_gpu(gpu_build, emulated_kernel):
+def test_gpu_build_loads_and_reports_cuda_errors_without_a_gpu(gpu_build, emulated_kernel,
+                                                               driver_version):
     if visible_gpu()[0] is not None:
         pytest.skip("a GPU is visible: `make test-gpu` runs this build for real")
     library, _ = gpu_build
     harness = KernelHarness(library)
     assert not harness.emulated
     # No driver answers cudaDriverGetVersion here: 4 KB launch tables, as under an old driver.
-    emulated_kernel.set_driver_version(12000)
-    try:
-        assert ((harness.max_tensors, harness.chunk_elements) ==
-                (emulated_kernel.max_tensors, emulated_kernel.chunk_elements))
-    finally:
-        emulated_kernel.set_driver_version(harness_build.EMULATED_CUDA_VERSION)
+    driver_version(12000)
+    assert ((harness.max_tensors, harness.chunk_elements) ==
+            (emulated_kernel.max_tensors, emulated_kernel.chunk_elements))
     with pytest.raises(HarnessError, match="^device: cudaGetDeviceCount: "):
         harness.device()  # no driver or no device here; CUDA's own words
     with pytest.raises(HarnessError, match="emulation controls"):

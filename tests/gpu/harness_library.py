@@ -20,6 +20,7 @@ IntP = ctypes.POINTER(ctypes.c_int)
 FloatP = ctypes.POINTER(ctypes.c_float)
 HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE = 1, 2, 3
 THREAD_ORDERS = {"in_order": 0, "reversed": 1, "shuffled": 2}
+EMULATED_DRIVER_VERSION = 13000  # what the emulation's cudaDriverGetVersion answers until set
 
 DeviceInfo = collections.namedtuple("DeviceInfo", "name major minor multiprocessors memory_bytes")
 LaunchCounts = collections.namedtuple("LaunchCounts", "launches blocks threads")

@@ -163,8 +163,9 @@ struct Emulator {
   bool execute = true;  // false: count launches and check them, run no thread
   LaunchCounters counters = {0, 0, 0};
   cudaError_t last_error = cudaSuccess;
-  int driver_version = 13000;  // what cudaDriverGetVersion answers
-  bool capturing = false;      // what cudaStreamIsCapturing answers for every stream
+  // What cudaDriverGetVersion answers (harness_library.py: EMULATED_DRIVER_VERSION).
+  int driver_version = 13000;
+  bool capturing = false;  // what cudaStreamIsCapturing answers for every stream
 };
 
 // One emulator per process: a function-local static, shared by every translation unit.
