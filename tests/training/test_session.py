@@ -174,6 +174,28 @@ def test_nodes_added_after_the_first_run_are_rewritten(cpu_target):
     assert len(session.rewrite_reports) == 2
 
 
+def test_a_saver_built_after_the_first_run_saves_and_restores(cpu_target, tmp_path):
+    """The TF1 tutorials' order: train, then ``saver = tf.train.Saver(); saver.save(...)``.
+    The Saver's ops are colocated with variables imported earlier (``loc:@w`` on a reference
+    variable's Assign); the session keeps those constraints on its copies."""
+    graph, _, reads, feeds = training_graph()
+    with Session(graph=graph) as session:
+        session.run("init")
+        session.run("train_op", feeds)
+        with graph.as_default():
+            kernel = graph.get_tensor_by_name("hidden/kernel:0")
+            with graph.colocate_with(kernel.op):
+                tf.identity(kernel, name="late_colocated")
+            late_saver = tf1.train.Saver(name="late_saver")
+        path = late_saver.save(session, str(tmp_path / "late"))
+        trained = session.run(reads)
+        session.run("train_op", feeds)
+        late_saver.restore(session, path)
+        np.testing.assert_equal(session.run(reads), trained)
+        private = session._shadow.graph.get_operation_by_name("late_colocated")
+        assert private.colocation_groups() == [b"loc:@hidden/kernel"]
+
+
 def test_without_a_gpu_runs_unchanged_and_says_why(monkeypatch, caplog):
     monkeypatch.delenv("TFAMP_REWRITE_TARGET", raising=False)
     graph = probe_graph()
