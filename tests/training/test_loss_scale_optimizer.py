@@ -274,6 +274,22 @@ def test_saver_saves_and_restores_the_loss_scale(tmp_path):
         assert_same_values(global_state(session), saved)
 
 
+@pytest.mark.parametrize("scope", ["", "model"])
+def test_the_wrapped_optimizers_variables_are_named_as_in_float32(scope):
+    """Adam's beta1_power / beta2_power are created inside the skip cond, where the name
+    scope is "cond/" (TF1) or empty (a cond_v2 branch); a checkpoint must not see that."""
+    def names(make_optimizer):
+        def minimize(optimizer, loss, global_step):
+            with tf1.variable_scope(scope or tf1.get_variable_scope()):
+                return optimizer.minimize(loss, global_step=global_step)
+        graph = build(make_optimizer, minimize=minimize).graph
+        return {v.op.name for v in graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES)}
+
+    float32 = names(adam)
+    assert {"beta1_power", "beta2_power"} <= {name.split("/")[-1] for name in float32}
+    assert names(wrapped(adam)) == float32 | {SCALE, GOOD_STEPS}
+
+
 def test_train_op_collection_holds_the_returned_op_and_the_meta_graph_imports(tmp_path):
     problem = build(wrapped(momentum))
     with problem.graph.as_default():

@@ -319,8 +319,13 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         step_signals.register(scale_used.graph, step_signals.StepSignal(
             all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale))
 
+        # Inside the cond the name scope gains "cond/" (TF1) or starts afresh (a cond_v2
+        # branch), and variables the wrapped optimizer creates there (Adam's beta1_power)
+        # take it: under the caller's scope they are named, and checkpointed, as in float32.
+        callers_scope = _tf.get_default_graph().get_name_scope()
+
         def apply():
-            with _delegating():
+            with _tf.name_scope(callers_scope + "/" if callers_scope else None), _delegating():
                 return self._optimizer.apply_gradients(grads_and_vars, global_step, name + "-wrapped")
 
         def skip():
