@@ -30,6 +30,7 @@ from tensorflow.python.util import nest
 from ..doctor.limits import limits_for
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
+from .checkpoint_restore import restore_feeds
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
@@ -138,6 +139,17 @@ class _RewritingSession:
 
     # -- running ----------------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        try:
+            return self._run_rewritten(fetches, feed_dict, options, run_metadata)
+        except tf.errors.NotFoundError:
+            # A float32 checkpoint restored into a loss-scaled program (checkpoint_restore.py).
+            feeds = restore_feeds(self._user_graph, fetches,
+                                  lambda tensors: self._run_rewritten(tensors, feed_dict))
+            if feeds is None:
+                raise
+        return self._run_rewritten(fetches, {**(feed_dict or {}), **feeds}, options, run_metadata)
+
+    def _run_rewritten(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._shadow is None:
             return super().run(fetches, feed_dict, options, run_metadata)
         self._shadow.sync()

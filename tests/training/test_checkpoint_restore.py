@@ -1,0 +1,148 @@
+"""A float32 checkpoint restores into a loss-scaled program, and back.
+
+Mixed precision adds the loss scale's variables, so the program's Saver asks the float32
+checkpoint for keys it never had.  The session restores everything the checkpoint has,
+starts the loss scale from its initial state and says so once; any other missing key still
+fails with TensorFlow's own error.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from loss_scaling_problems import GOOD_STEPS, SCALE, build, global_state, initialized_session, run
+from repo_paths import REPO, SCRIPTS
+
+from tfamp_rewrite import LossScaleOptimizer
+from tfamp_rewrite.training.session import Session
+
+tf1 = tf.compat.v1
+SAID = "without mixed precision's loss scaling"
+
+
+@pytest.fixture(autouse=True)
+def cpu_target(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+
+
+def momentum():
+    return tf1.train.MomentumOptimizer(0.1, 0.9)
+
+
+def loss_scaled_momentum():
+    return LossScaleOptimizer(momentum(), "dynamic")
+
+
+def save(problem, session, path):
+    with problem.graph.as_default():
+        return tf1.train.Saver().save(session, path)
+
+
+def restore(problem, session, path):
+    with problem.graph.as_default():
+        tf1.train.Saver().restore(session, path)
+    return global_state(session)
+
+
+def our_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+
+
+def test_a_float32_checkpoint_restores_into_a_loss_scaled_session(tmp_path, caplog):
+    fp32 = build(momentum)
+    with initialized_session(fp32) as session:
+        saved = run(fp32, [1.0, 1.0, 1.0], session=session)[-1]
+        path = save(fp32, session, str(tmp_path / "fp32"))
+
+    amp = build(loss_scaled_momentum)
+    with Session(graph=amp.graph) as session:
+        restored = restore(amp, session, path)
+        for name, value in saved.items():   # weights, Momentum slots, global_step
+            np.testing.assert_array_equal(restored[name], value, err_msg=name)
+        assert (restored[SCALE], restored[GOOD_STEPS]) == (2.0 ** 15, 0)
+        trained = run(amp, [1.0], session=session)[-1]
+        amp_path = save(amp, session, str(tmp_path / "amp"))
+    assert trained["global_step"] == saved["global_step"] + 1 and trained[GOOD_STEPS] == 1
+    (message,) = our_warnings(caplog)
+    assert repr(path) in message and SCALE in message and GOOD_STEPS in message, message
+    assert "other %d variables" % len(saved) in message, message
+
+    # Back to float32: TensorFlow's Saver restores what its graph asks for and no more.
+    with tf1.Session(graph=fp32.graph) as session:
+        back = restore(fp32, session, amp_path)
+    assert back["global_step"] == trained["global_step"]
+
+
+def test_a_missing_model_variable_still_fails_as_tensorflow_says(tmp_path, caplog):
+    fp32 = build(momentum)
+    with initialized_session(fp32) as session:
+        path = save(fp32, session, str(tmp_path / "fp32"))
+    amp = build(loss_scaled_momentum)
+    with amp.graph.as_default():
+        tf1.get_variable("added_later", [2])
+    with Session(graph=amp.graph) as session:
+        with pytest.raises(tf.errors.NotFoundError, match="added_later"):
+            restore(amp, session, path)
+    assert not our_warnings(caplog)
+
+
+def partitioned_problem(make_optimizer):
+    """A [7, 2] weight in 3 partitions, saved by a sharded Saver (Estimator's kind)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        weight = tf1.get_variable("weight", [7, 2], partitioner=tf1.fixed_size_partitioner(3),
+                                  initializer=tf1.random_normal_initializer(seed=1))
+        features = tf.constant(np.arange(14, dtype=np.float32).reshape(2, 7) / 14)
+        loss = tf.reduce_sum(tf.square(tf.matmul(features, tf.concat(list(weight), 0))))
+        train_op = make_optimizer().minimize(loss)
+        saver = tf1.train.Saver(sharded=True)
+    return graph, train_op, saver
+
+
+def test_partitioned_variables_of_a_sharded_saver_restore_their_slices(tmp_path, caplog):
+    graph, train_op, saver = partitioned_problem(momentum)
+    with tf1.Session(graph=graph) as session:
+        session.run(tf1.variables_initializer(graph.get_collection("variables")))
+        session.run(train_op)
+        path = saver.save(session, str(tmp_path / "fp32"))
+        saved = {v.op.name: session.run(v) for v in graph.get_collection("variables")}
+
+    graph, train_op, saver = partitioned_problem(loss_scaled_momentum)
+    with Session(graph=graph) as session:
+        saver.restore(session, path)
+        for variable in graph.get_collection("variables"):
+            value = session.run(variable)
+            if variable.op.name in saved:
+                np.testing.assert_array_equal(value, saved[variable.op.name], err_msg=variable.op.name)
+            else:
+                assert "loss_scale" in variable.op.name
+        session.run(train_op)
+    assert len(our_warnings(caplog)) == 1
+
+
+@pytest.mark.own_processes("unmodified TF1 programs in new processes")
+def test_monitored_training_resumes_across_switching_amp_on_and_off(tmp_path):
+    """MonitoredTrainingSession's checkpoints: float32, then zero-code AMP, then float32."""
+    script = os.path.join(SCRIPTS, "resume_training.py")
+
+    def train(until, amp):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_ENABLE_AUTO_MIXED", "TFAMP_"))}
+        env.update(TFAMP_REWRITE_TARGET="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+        if amp:
+            env["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"
+        done = subprocess.run([sys.executable, script, str(tmp_path), str(until)], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+        return json.loads(line[len("RESULT "):]), done.stderr
+
+    first, _ = train(4, amp=False)
+    second, said = train(8, amp=True)
+    third, _ = train(12, amp=False)
+    assert (first["started_at"], second["started_at"], third["started_at"]) == (0, 4, 8)
+    assert third["finished_at"] == 12
+    assert second["loss_scale"] == 2.0 ** 15 and first["loss_scale"] is None
+    assert sum(SAID in line for line in said.splitlines()) == 1, said[-3000:]
