@@ -196,6 +196,29 @@ def test_a_saver_built_after_the_first_run_saves_and_restores(cpu_target, tmp_pa
         assert private.colocation_groups() == [b"loc:@hidden/kernel"]
 
 
+def test_nodes_added_later_keep_their_control_inputs_on_earlier_ones(cpu_target):
+    """``sess.run(tf.global_variables_initializer())`` built after a first run (its NoOp's
+    control inputs are the initializers imported then), and a read after a train step."""
+    graph, _, reads, feeds = training_graph()
+    with Session(graph=graph) as session:
+        session.run("init")
+        initial = session.run(reads)
+        session.run("train_op", feeds)
+        with graph.as_default():
+            initialize_again = tf1.global_variables_initializer()
+            zero = tf.zeros([])
+            with tf.control_dependencies([graph.get_operation_by_name("train_op")]):
+                after_a_step = tf.identity(zero, name="after_a_step")
+        zero_initialized = [read for read, value in zip(reads, initial) if not value.any()]
+        assert len(zero_initialized) == 6 and any(session.run(zero_initialized)[0])  # biases, slots
+        session.run(initialize_again)
+        assert not any(value.any() for value in session.run(zero_initialized))
+        session.run(after_a_step, feeds)
+        assert not np.array_equal(session.run(reads[0]), initial[0])  # the step ran first
+        private = session._shadow.graph.get_operation_by_name("after_a_step")
+        assert [op.name for op in private.control_inputs] == ["train_op"]
+
+
 def test_without_a_gpu_runs_unchanged_and_says_why(monkeypatch, caplog):
     monkeypatch.delenv("TFAMP_REWRITE_TARGET", raising=False)
     graph = probe_graph()

@@ -24,7 +24,7 @@ from typing import Dict, List, Set
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, graph_pb2
+from tensorflow.core.framework import graph_pb2
 
 from ..fused_op.round_to_half import round_to_half_available
 from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
@@ -35,6 +35,7 @@ from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from .devices import log_once
 from .generations import import_generation, state_sources
+from .outside_references import detach as detach_outside_references
 from .user_log import log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -188,23 +189,21 @@ class ShadowGraph:
         to_import.versions.CopyFrom(combined.versions)
         to_import.node.extend(combined.node[first_added:])
         to_import.library.function.extend(new_functions)
-        colocations = _detach_outside_colocations(to_import)
+        outside = detach_outside_references(to_import)
         with self.graph.as_default():
             tf.import_graph_def(to_import, input_map=self._input_map(to_import), name="")
-        _reattach_colocations(self.graph, colocations)
+        outside.reattach(self.graph)
         self._imported.update(node.name for node in to_import.node)
 
     def _input_map(self, graph_def) -> dict:
-        """Maps references to already-imported nodes onto the private graph's elements."""
+        """Maps data inputs from already-imported nodes onto the private graph's tensors."""
         local = {node.name for node in graph_def.node}
         mapping = {}
         for node in graph_def.node:
             for text in node.input:
                 name, port = parse_input(text)
-                if name in local or text in mapping:
-                    continue
-                op = self.graph.get_operation_by_name(name)
-                mapping[text] = op if port < 0 else op.outputs[port]
+                if name not in local and text not in mapping:
+                    mapping[text] = self.graph.get_operation_by_name(name).outputs[port]
         return mapping
 
     # -- mapping what Session.run is given -------------------------------------------
@@ -304,32 +303,6 @@ class ShadowGraph:
                 self._fetch_casts[user.name] = cast
             return cast
 
-
-
-_COLOCATION_ATTR = "_class"   # a list of b"loc:@<node name>"
-
-
-def _detach_outside_colocations(graph_def) -> Dict[str, List[bytes]]:
-    """Removes, and returns by node name, the colocation lists of ``graph_def``'s nodes that
-    name a node outside it.  The importer resolves those names only among the nodes it
-    imports, and a node added late (a Saver's ``Assign`` built after the first run, under
-    ``loc:@w``) names one imported earlier."""
-    local = {node.name for node in graph_def.node}
-    detached = {}
-    for node in graph_def.node:
-        constraints = list(node.attr[_COLOCATION_ATTR].list.s) if _COLOCATION_ATTR in node.attr else []
-        if any(c.decode()[len("loc:@"):] not in local for c in constraints):
-            detached[node.name] = constraints
-            del node.attr[_COLOCATION_ATTR]
-    return detached
-
-
-def _reattach_colocations(graph: tf.Graph, detached: Dict[str, List[bytes]]) -> None:
-    """Puts back what ``_detach_outside_colocations`` removed, on the imported ops (which no
-    session has run yet, so the placer sees them as the user's graph has them)."""
-    for name, constraints in detached.items():
-        value = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=constraints))
-        graph.get_operation_by_name(name)._set_attr(_COLOCATION_ATTR, value)
 
 
 def _memoised(cache, leaf, compute):
