@@ -144,6 +144,25 @@ def test_automatic_loss_scaling_skips_non_finite_steps():
         assert session.run(step) == 1 and (session.run(w) < 1.0).all()
 
 
+def test_an_automatically_scaled_optimizers_variables_include_the_loss_scale():
+    """``variables_initializer(opt.variables())`` (the TF1 idiom, and Keras' initialisation
+    of a ``tf.compat.v1.train`` optimizer) must cover the loss scale the optimizer added."""
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 1.0])
+        opt = tf1.train.AdamOptimizer(0.1)
+        train = opt.minimize(tf.reduce_sum(w * w))
+        names = sorted(v.op.name for v in opt.variables())
+        init = [w.initializer, tf1.variables_initializer(opt.variables())]
+    assert names == ["beta1_power", "beta2_power", "loss_scale/current_loss_scale",
+                     "loss_scale/good_steps", "w/Adam", "w/Adam_1"]
+    with tf1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train)
+        assert (session.run(w) < 1.0).all()
+
+
 def test_an_explicitly_wrapped_optimizer_is_scaled_once():
     activation.enable_loss_scaling()
     graph, *_ = _train_step_graph(wrap=tfamp_rewrite.LossScaleOptimizer)
@@ -153,7 +172,8 @@ def test_an_explicitly_wrapped_optimizer_is_scaled_once():
 
 def test_deactivate_restores_tensorflow_exactly():
     optimizer_class = tf1.train.Optimizer
-    originals = {name: optimizer_class.__dict__[name] for name in ("compute_gradients", "apply_gradients")}
+    originals = {name: optimizer_class.__dict__[name]
+                 for name in ("compute_gradients", "apply_gradients", "variables")}
     activation.enable_graph_rewrite()
     activation.enable_loss_scaling()
     assert optimizer_class.__dict__["compute_gradients"] is not originals["compute_gradients"]

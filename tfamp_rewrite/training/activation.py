@@ -42,7 +42,10 @@ ENABLE_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION"
 GRAPH_REWRITE_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE"
 LOSS_SCALING_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING"
 
-_SCALED_METHODS = ("compute_gradients", "apply_gradients")
+# What an automatically loss-scaled optimizer answers through its LossScaleOptimizer: its
+# gradients and updates, and its variables() (which then include the loss scale's, so
+# ``variables_initializer(opt.variables())`` and Keras' initialisation cover them).
+_DELEGATED_METHODS = ("compute_gradients", "apply_gradients", "variables")
 _AUTO_SCALER = "_tfamp_auto_loss_scaler"
 _NEW_MARKER = "_tfamp_rewriting_new"
 
@@ -143,7 +146,7 @@ def enable_loss_scaling() -> None:
     optimizer = _tensorflow_v1().train.Optimizer
     with _lock:
         if not _original_methods:
-            _original_methods.update({name: optimizer.__dict__[name] for name in _SCALED_METHODS})
+            _original_methods.update({name: optimizer.__dict__[name] for name in _DELEGATED_METHODS})
         for name, method in _original_methods.items():
             if optimizer.__dict__[name] is method:
                 setattr(optimizer, name, _with_auto_loss_scaling(name, method))

@@ -375,7 +375,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
 
     def variables(self):
         """The wrapped optimizer's variables and the loss scale's, in the default graph."""
-        return self._optimizer.variables() + self._loss_scale.variables()
+        with _delegating():
+            return self._optimizer.variables() + self._loss_scale.variables()
 
     def __getattr__(self, name):
         # Reached only for names neither this class nor tf.compat.v1.train.Optimizer has.
