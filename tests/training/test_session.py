@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from graph_runner import plain_config
+from loss_scaling_problems import build
+from tensorflow.core.protobuf import config_pb2
 
+from tfamp_rewrite import LossScaleOptimizer
 from tfamp_rewrite.training.devices import log_once
 from tfamp_rewrite.training.session import InteractiveSession, Session, config_without_tf_amp
+from tfamp_rewrite.training.step_signals import step_signals
 
 tf1 = tf.compat.v1
 BIG = 2.0 ** 10  # [1,4] x [4,1] of 2**10 overflows float16 only
@@ -217,6 +221,39 @@ def test_nodes_added_later_keep_their_control_inputs_on_earlier_ones(cpu_target)
         assert not np.array_equal(session.run(reads[0]), initial[0])  # the step ran first
         private = session._shadow.graph.get_operation_by_name("after_a_step")
         assert [op.name for op in private.control_inputs] == ["train_op"]
+
+
+def callable_options(feeds=(), fetches=(), targets=()):
+    options = config_pb2.CallableOptions()
+    options.feed.extend(feeds)
+    options.fetch.extend(fetches)
+    options.target.extend(targets)
+    return options
+
+
+def test_callables_made_from_options_run_the_rewrite_and_watch_its_steps(cpu_target):
+    """``_make_callable_from_options`` is how tf.keras runs in TF1 graph mode (fit, predict):
+    the options name the user graph's tensors and ops, made after the first run too."""
+    graph = probe_graph()
+    with Session(graph=graph) as session:
+        session.run("init")
+        with graph.as_default():
+            tf.identity(graph.get_tensor_by_name("mm:0"), name="built_later")
+        run = session._make_callable_from_options(callable_options(["x:0"], ["relu:0", "built_later:0"]))
+        relu, later = run(FEED["x:0"])
+    assert relu.dtype == later.dtype == np.float32 and np.isinf(relu).all() and np.isinf(later).all()
+
+    problem = build(lambda: LossScaleOptimizer(tf1.train.MomentumOptimizer(0.1, 0.9)))
+    with Session(graph=problem.graph) as session:
+        with problem.graph.as_default():
+            session.run(tf1.global_variables_initializer())
+        step = session._make_callable_from_options(callable_options(
+            [problem.overflow.name], targets=[problem.train_op.name]))
+        assert step(np.float32(np.inf)) == [] and step(np.float32(np.nan)) == []
+        (signal,) = step_signals(problem.graph)
+        assert session._watch._guard(signal).episode.skipped == 2
+        step(np.float32(1.0))
+        assert session._watch._guard(signal).episode is None
 
 
 def test_without_a_gpu_runs_unchanged_and_says_why(monkeypatch, caplog):

@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.util import nest
 
 from ..doctor.limits import limits_for
@@ -191,6 +193,51 @@ class _RewritingSession:
         self._shadow.sync()
         return self._call_base(super().make_callable, self._map_fetches(fetches), None,
                                accept_options)
+
+    def _make_callable_from_options(self, callable_options):
+        """Keras' way to run in TF1 graph mode: ``callable_options`` names the user graph's
+        feeds, fetches and targets; the callable runs their private twins, takes the user's
+        values (rounded or cast where the twin is half) and returns values in the user's
+        dtypes.  Its loss-scaled steps are observed (skipped steps are said), not healed."""
+        if self._shadow is None:
+            return super()._make_callable_from_options(callable_options)
+        self._shadow.sync()
+        shadow = self._shadow
+        user_feeds = [self._user_graph.as_graph_element(name) for name in callable_options.feed]
+        feeds = [shadow.private_feed(tensor) for tensor in user_feeds]
+        fetches = [shadow.private_fetch(name) for name in callable_options.fetch]
+        targets = [shadow.private_fetch(name) for name in callable_options.target]
+        steps = (None if self._watch is None else
+                 self._watch.step_fetches(fetches + targets, [t for t in feeds if isinstance(t, tf.Tensor)]))
+        step_tensors = nest.flatten(steps) if steps else []
+        mapped = config_pb2.CallableOptions()
+        mapped.CopyFrom(callable_options)
+        _replace(mapped.feed, [t.name for t in feeds])
+        _replace(mapped.fetch, [t.name for t in fetches + step_tensors])
+        _replace(mapped.target, [op.name for op in targets])
+        for connection in mapped.tensor_connection:
+            connection.from_tensor = shadow.private_fetch(connection.from_tensor).name
+            connection.to_tensor = shadow.private_feed(connection.to_tensor).name
+        run = self._call_base(super()._make_callable_from_options, mapped)
+        conversions = [(feed, feed.dtype.as_numpy_dtype if feed.dtype != user.dtype else None)
+                       for feed, user in zip(feeds, user_feeds)]
+
+        def run_private(*values, **kwargs):
+            values = [shadow.fed_value(feed, value if dtype is None else np.asarray(value, dtype))
+                      for (feed, dtype), value in zip(conversions, values)]
+            results = run(*values, **kwargs)
+            if not steps:
+                return results
+            step_values = nest.pack_sequence_as(steps, list(results[len(fetches):]))
+            self._watch.after_run({"steps": step_values}, (), self._reset_loss_scales)
+            return results[:len(fetches)]
+
+        return run_private
+
+
+def _replace(repeated_field, values) -> None:
+    del repeated_field[:]
+    repeated_field.extend(values)
 
 
 def _fed_tensors(feeds):

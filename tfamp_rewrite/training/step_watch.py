@@ -116,13 +116,11 @@ class StepWatch:
         -- the steps it computes (flag and scale each), and on a diagnosed step the probes it
         computes anyway -- or None when it computes no loss-scaled step."""
         with self._lock:
-            self._follow_generation()
             signals = step_signals(self.shadow.user_graph)
-            steps = self._steps_computed(signals, elements, fed)
+            steps = self._step_fetches(signals, elements, fed)
             if not steps:
                 return None
-            extra = {"steps": {i: (self.shadow.private_fetch(signals[i].all_finite),
-                                   self.shadow.private_fetch(signals[i].scale)) for i in steps}}
+            extra = {"steps": steps}
             ids = ()
             monitored = self.monitor is not None and self.monitor.due_next()
             diagnosed = any(self._guard(signals[i]).diagnosis_due for i in steps)
@@ -133,6 +131,19 @@ class StepWatch:
             if monitored and self._global_step() is not None:
                 extra["global_step"] = self._global_step()
             return extra, ids
+
+    def step_fetches(self, elements, fed):
+        """The steps part alone of ``extra_fetches`` (``{signal index: (flag, scale)}``, or
+        None): for a callable, whose fetches are fixed when it is made.  Its runs are
+        observed (``after_run`` with ``{"steps": values}``), never probed or healed."""
+        with self._lock:
+            return self._step_fetches(step_signals(self.shadow.user_graph), elements, fed) or None
+
+    def _step_fetches(self, signals, elements, fed) -> Dict[int, tuple]:
+        self._follow_generation()
+        return {i: (self.shadow.private_fetch(signals[i].all_finite),
+                    self.shadow.private_fetch(signals[i].scale))
+                for i in self._steps_computed(signals, elements, fed)}
 
     def _global_step(self):
         """The user graph's global_step in the private graph, or None."""
