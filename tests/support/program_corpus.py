@@ -67,6 +67,7 @@ class Program:
     optimizers: int = 1  # tf.compat.v1.train.Optimizers it makes (each gets its own loss scale)
     must_heal: bool = False  # AMP skips its steps until the session heals it (never silently)
     needs_estimator: bool = False
+    needs_tf1_keras: bool = False  # tf.keras with graph mode (Keras 2), not Keras 3
 
     @property
     def path(self) -> str:
@@ -127,6 +128,9 @@ CORPUS = (
     # fp32 by seed 0..4: 0.852, 0.864, 0.812, 0.885, 0.810; spread 0.049, amp 5e-06 -> 3 x 0.049
     Program("monitored_softmax_regression", "softmax regression, MonitoredTrainingSession + hooks",
             tolerance=0.15, exercises=("VariableV2", "MatMul", "ApplyGradientDescent")),
+    # fp32 by seed 0..4: 0.3371, 0.3413, 0.3322, 0.3257, 0.3327; spread 0.034, amp 0.002 -> 3 x 0.034
+    Program("keras_fit", "tf.keras compile/fit/evaluate/predict with a tf.compat.v1.train optimizer",
+            tolerance=0.11, exercises=("VariableV2", "MatMul", "Softmax", "ApplyAdam"), needs_tf1_keras=True),
 )
 
 
@@ -151,9 +155,22 @@ def estimator_unavailable_reason():
     return None
 
 
+def tf1_keras_unavailable_reason():
+    """Why ``tf.keras`` cannot build TF1 graphs here (Keras 3 has no graph mode), or None."""
+    import tensorflow as tf
+
+    package = tf.keras.Sequential.__module__.split(".")[0]  # keras, tf_keras, or tensorflow in 1.x
+    version = getattr(sys.modules[package], "__version__", "")
+    if not version.startswith(("1.", "2.")):
+        return "tf.keras is Keras %s, which has no TF1 graph mode (TF_USE_LEGACY_KERAS=1 with tf-keras)" % version
+    return None
+
+
 def unavailable_reason(entry: Program):
     """Why ``entry`` cannot run with the installed TensorFlow, or None."""
-    return estimator_unavailable_reason() if entry.needs_estimator else None
+    if entry.needs_estimator:
+        return estimator_unavailable_reason()
+    return tf1_keras_unavailable_reason() if entry.needs_tf1_keras else None
 
 
 @dataclass
