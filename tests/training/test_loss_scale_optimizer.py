@@ -473,3 +473,26 @@ def test_tf_gradients_users_scale_with_get_scaled_loss_and_are_warned_without(mo
     assert np.all(change == 0.0)                             # flushed to zero in float16
     (warning,) = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
     assert "get_scaled_loss" in warning and "get_unscaled_gradients" in warning
+
+
+@pytest.mark.parametrize("scaled", [True, False], ids=["compute_gradients", "tf_gradients"])
+def test_gradients_accumulated_in_variables_are_judged_by_where_they_came_from(monkeypatch, caplog, scaled):
+    """Gradient accumulation: gradients summed into variables over k runs, then applied
+    from the variables.  compute_gradients' (from the scaled loss) are not warned about;
+    tf.gradients' (from the unscaled loss) still are."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 2.0])
+        loss = tf.reduce_sum(tf.square(w))
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1))
+        grad = opt.compute_gradients(loss, [w])[0][0] if scaled else tf1.gradients(loss, [w])[0]
+        accumulator = tf1.get_variable("accumulator", [2], trainable=False,
+                                       initializer=tf1.zeros_initializer())
+        accumulator.assign_add(grad)
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            opt.apply_gradients([(accumulator / 4.0, w)])
+    warnings = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
+    assert len(warnings) == (0 if scaled else 1), warnings

@@ -174,9 +174,12 @@ def _same_gradients(first, second):
 
 
 def _depends_on_any(tensors, ops) -> bool:
-    """True if an op in ``ops`` is among the ancestors (data or control) of ``tensors``."""
+    """True if an op in ``ops`` is among the ancestors of ``tensors``: through data and
+    control inputs, and through variables -- an op assigning a variable (a gradient
+    accumulator's ``assign_add(grad)``) counts as an ancestor of the variable's reads."""
     stack = [t.op for t in tensors]
     seen = set()
+    writers = None
     while stack:
         op = stack.pop()
         if op in ops:
@@ -186,7 +189,26 @@ def _depends_on_any(tensors, ops) -> bool:
         seen.add(op)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
+        if op.type in _VARIABLE_OPS:
+            writers = _variable_writers(op.graph) if writers is None else writers
+            stack.extend(writers.get(op, ()))
     return False
+
+
+_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+# Ops that write a variable from a value: Assign, AssignAdd, AssignSub, their resource forms
+# (AssignVariableOp, ...) and the scatters.  Optimizers' Apply* ops are left out: a weight an
+# optimizer updates does not make the loss computed from it scaled.
+_WRITER_PREFIXES = ("Assign", "Scatter", "ResourceScatter")
+
+
+def _variable_writers(graph):
+    """``{variable op: [ops of graph assigning it]}``."""
+    writers = collections.defaultdict(list)
+    for op in graph.get_operations():
+        if op.type.startswith(_WRITER_PREFIXES) and op.inputs and op.inputs[0].op.type in _VARIABLE_OPS:
+            writers[op.inputs[0].op].append(op)
+    return writers
 
 
 def _tensors_of(grads):
