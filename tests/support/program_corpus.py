@@ -162,7 +162,8 @@ def tf1_keras_unavailable_reason():
     package = tf.keras.Sequential.__module__.split(".")[0]  # keras, tf_keras, or tensorflow in 1.x
     version = getattr(sys.modules[package], "__version__", "")
     if not version.startswith(("1.", "2.")):
-        return "tf.keras is Keras %s, which has no TF1 graph mode (TF_USE_LEGACY_KERAS=1 with tf-keras)" % version
+        return ("tf.keras is Keras %s, which has no TF1 graph mode (TF_USE_LEGACY_KERAS=1 with "
+                "tf-keras)" % version)
     return None
 
 
