@@ -1,4 +1,7 @@
 """The process-wide switches: sessions that rewrite and optimizers that scale themselves."""
+import logging
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -161,6 +164,38 @@ def test_an_automatically_scaled_optimizers_variables_include_the_loss_scale():
         session.run(init)
         session.run(train)
         assert (session.run(w) < 1.0).all()
+
+
+@pytest.mark.parametrize("built", ["before switching on", "after switching on", "with its own scale"])
+def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, built):
+    """Loss scaling wraps tf.compat.v1.train optimizers; a graph updated by another (a Keras
+    optimizer, or one built before loss scaling was switched on) is named once, with an
+    update op.  One with a loss scale of its own (Keras' LossScaleOptimizer) is not."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    if built != "before switching on":
+        activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 1.0])
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(w * w))
+        if built == "with its own scale":
+            tf1.get_variable("keras/loss_scale", initializer=1.0)
+        init = tf1.global_variables_initializer()
+    activation.enable_loss_scaling()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(train)
+            session.run(train)
+    warnings = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
+    if built == "before switching on":
+        assert len(warnings) == 1, warnings
+        update = r"1 update op\(s\) \(e.g. 'GradientDescent/update_w/(Resource)?ApplyGradientDescent'"
+        assert re.search(update, warnings[0]), warnings[0]
+    else:
+        assert not warnings
 
 
 def test_an_explicitly_wrapped_optimizer_is_scaled_once():

@@ -37,6 +37,7 @@ from .devices import log_once, session_dtype, session_numerics, session_rewrite_
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
 from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
+from .unscaled_training import unscaled_training_warning
 
 _tf1 = tf.compat.v1
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
@@ -53,6 +54,7 @@ class _RewritingSession:
         self._session = None
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
+        self._checked_version = None  # the user graph's version last checked for unscaled training
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
                                          session_compat(compat))
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
@@ -115,6 +117,15 @@ class _RewritingSession:
         finally:
             inner.active = previous
 
+    def _sync(self) -> None:
+        """Brings the private graph up to date; says once if the graph trains unscaled."""
+        self._shadow.sync()
+        if self._checked_version != self._user_graph.version:
+            self._checked_version = self._user_graph.version
+            warning = unscaled_training_warning(self._user_graph, self._shadow.dtype)
+            if warning:
+                log_once(warning)
+
     def _map_fetches(self, fetches):
         return map_fetch_structure(fetches, self._shadow.private_fetch)
 
@@ -154,7 +165,7 @@ class _RewritingSession:
     def _run_rewritten(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._shadow is None:
             return super().run(fetches, feed_dict, options, run_metadata)
-        self._shadow.sync()
+        self._sync()
         mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
         watched = (None if self._watch is None
                    else self._watch.extra_fetches(fetch_elements(mapped), _fed_tensors(feeds)))
@@ -175,7 +186,7 @@ class _RewritingSession:
     def partial_run_setup(self, fetches, feeds=None):
         if self._shadow is None:
             return super().partial_run_setup(fetches, feeds)
-        self._shadow.sync()
+        self._sync()
         feeds = None if feeds is None else self._map_feed_list(feeds)
         return self._call_base(super().partial_run_setup, self._map_fetches(fetches), feeds)
 
@@ -190,7 +201,7 @@ class _RewritingSession:
             # With a feed list TensorFlow's callable calls self.run(fetches, {key: value}),
             # which maps both (nested keys included) and keeps up with a growing graph.
             return super().make_callable(fetches, feed_list, accept_options)
-        self._shadow.sync()
+        self._sync()
         return self._call_base(super().make_callable, self._map_fetches(fetches), None,
                                accept_options)
 
@@ -201,7 +212,7 @@ class _RewritingSession:
         dtypes.  Its loss-scaled steps are observed (skipped steps are said), not healed."""
         if self._shadow is None:
             return super()._make_callable_from_options(callable_options)
-        self._shadow.sync()
+        self._sync()
         shadow = self._shadow
         user_feeds = [self._user_graph.as_graph_element(name) for name in callable_options.feed]
         feeds = [shadow.private_feed(tensor) for tensor in user_feeds]
