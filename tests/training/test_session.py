@@ -145,8 +145,26 @@ def test_eval_run_default_session_and_interactive(cpu_target):
     interactive = InteractiveSession(graph=graph)
     try:
         assert np.isinf(relu.eval(FEED)).all()
+        assert tf1.get_default_graph() is graph   # TensorFlow's: a graph passed is the default
     finally:
         interactive.close()
+
+
+def test_an_interactive_session_leaves_the_default_graph_the_users(cpu_target):
+    """The notebook pattern: ``sess = tf.InteractiveSession()``, then build and ``.run()``;
+    what is built after the session belongs to the user's graph, not the private one."""
+    graph = probe_graph()
+    with graph.as_default():
+        interactive = InteractiveSession()
+        try:
+            assert tf1.get_default_graph() is graph
+            v = tf1.get_variable("built_after", initializer=[2.0])
+            tf1.global_variables_initializer().run()
+            assert v.graph is graph and v.eval() == [2.0]
+            assert np.isinf(graph.get_tensor_by_name("relu:0").eval(FEED)).all()
+        finally:
+            interactive.close()
+        assert tf1.get_default_graph() is graph
 
 
 def test_make_callable_partial_run_list_devices(cpu_target):

@@ -261,3 +261,15 @@ class Session(_RewritingSession, TF_SESSION_CLASSES["Session"]):
 
 class InteractiveSession(_RewritingSession, TF_SESSION_CLASSES["InteractiveSession"]):
     """Drop-in ``tf.compat.v1.InteractiveSession`` that runs the mixed-precision rewrite."""
+
+    def __init__(self, target="", graph=None, config=None, **kwargs):
+        super().__init__(target, graph, config, **kwargs)
+        if self._shadow is not None:
+            # TensorFlow's __init__ took the private graph for one the caller passed and made
+            # it the default graph; what the user builds next belongs in theirs.
+            self._default_graph.__exit__(None, None, None)
+            self._explicit_graph = graph
+            if graph is not None:
+                self._default_graph = graph.as_default()
+                self._default_graph.enforce_nesting = False
+                self._default_graph.__enter__()
