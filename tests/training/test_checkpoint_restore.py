@@ -89,6 +89,28 @@ def test_a_missing_model_variable_still_fails_as_tensorflow_says(tmp_path, caplo
     assert not our_warnings(caplog)
 
 
+def test_a_saver_with_renamed_keys_restores_too(tmp_path, caplog):
+    """``Saver({"model/" + name: variable})``: the loss scale is found by the variables the
+    restore assigns, whatever the keys."""
+    def renamed_saver(problem):
+        with problem.graph.as_default():
+            return tf1.train.Saver({"model/" + v.op.name: v for v in tf1.global_variables()})
+
+    fp32 = build(momentum)
+    with initialized_session(fp32) as session:
+        saved = run(fp32, [1.0], session=session)[-1]
+        path = renamed_saver(fp32).save(session, str(tmp_path / "fp32"))
+    amp = build(loss_scaled_momentum)
+    with Session(graph=amp.graph) as session:
+        renamed_saver(amp).restore(session, path)
+        restored = global_state(session)
+    for name, value in saved.items():
+        np.testing.assert_array_equal(restored[name], value, err_msg=name)
+    assert (restored[SCALE], restored[GOOD_STEPS]) == (2.0 ** 15, 0)
+    (message,) = our_warnings(caplog)
+    assert "has no model/" + SCALE in message, message
+
+
 def partitioned_problem(make_optimizer):
     """A [7, 2] weight in 3 partitions, saved by a sharded Saver (Estimator's kind)."""
     graph = tf.Graph()

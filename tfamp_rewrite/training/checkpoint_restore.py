@@ -47,34 +47,58 @@ def restore_feeds(graph, fetches, evaluate: Callable) -> Optional[Dict]:
     initial_tensors = _loss_scale_initial_values(graph) if restores else {}
     if not initial_tensors:
         return None
-    keys = sorted(initial_tensors)
+    names = sorted(initial_tensors)
     values = evaluate([t for op in restores for t in op.inputs[:3]]
-                      + [initial_tensors[key] for key in keys])
-    initial_values = dict(zip(keys, values[3 * len(restores):]))
+                      + [initial_tensors[name] for name in names])
+    initial_values = dict(zip(names, values[3 * len(restores):]))
     plans = []  # (RestoreV2 op, its checkpoint reader, its (key, slice) pairs)
     for index, op in enumerate(restores):
-        prefix, names, slices = (values[3 * index], values[3 * index + 1], values[3 * index + 2])
+        prefix, keys, slices = (values[3 * index], values[3 * index + 1], values[3 * index + 2])
         try:
             reader = _tf1.train.NewCheckpointReader(_text(prefix))
         except (tf.errors.OpError, ValueError):  # no readable checkpoint: TensorFlow's error stands
             return None
-        plans.append((op, reader, [(_text(n), _text(s)) for n, s in zip(names, slices)]))
-    missing = [key for _, reader, entries in plans for key, _ in entries if not reader.has_tensor(key)]
-    if not missing or not set(missing) <= set(initial_values):
+        plans.append((op, reader, [(_text(k), _text(s)) for k, s in zip(keys, slices)]))
+    missing = {}  # restored tensor -> the loss-scale variable it is assigned to, for keys not there
+    for op, reader, entries in plans:
+        for position, (key, _) in enumerate(entries):
+            if not reader.has_tensor(key):
+                variable = _assigned_variable(op.outputs[position])
+                if variable not in initial_values:
+                    return None
+                missing[op.outputs[position]] = (key, variable)
+    if not missing:
         return None
     feeds = {}
     for op, reader, entries in plans:
-        for position, ((key, spec), dtype) in enumerate(zip(entries, op.get_attr("dtypes"))):
-            value = _sliced(reader.get_tensor(key), spec) if reader.has_tensor(key) else initial_values[key]
-            feeds[op.outputs[position]] = np.asarray(value, dtype=dtype.as_numpy_dtype)
-    restored = {key for _, _, entries in plans for key, _ in entries} - set(missing)
+        for tensor, (key, spec), dtype in zip(op.outputs, entries, op.get_attr("dtypes")):
+            value = (initial_values[missing[tensor][1]] if tensor in missing
+                     else _sliced(reader.get_tensor(key), spec))
+            feeds[tensor] = np.asarray(value, dtype=dtype.as_numpy_dtype)
+    restored = {key for _, _, entries in plans for key, _ in entries} - {key for key, _ in missing.values()}
     log_once(
-        f"tfamp_rewrite: checkpoint {_text(values[0])!r} has no {', '.join(missing)}: it was "
-        f"written without mixed precision's loss scaling. Restored the other {len(restored)} "
-        "variables from it; the loss scale starts from its initial state ("
-        + ", ".join(f"{key} = {initial_values[key]}" for key in missing) + ")."
+        f"tfamp_rewrite: checkpoint {_text(values[0])!r} has no "
+        f"{', '.join(key for key, _ in missing.values())}: it was written without mixed "
+        f"precision's loss scaling. Restored the other {len(restored)} variable"
+        f"{'' if len(restored) == 1 else 's'} from it; the "
+        "loss scale starts from its initial state ("
+        + ", ".join(f"{variable} = {initial_values[variable]}" for _, variable in missing.values()) + ")."
     )
     return feeds
+
+
+def _assigned_variable(restored) -> Optional[str]:
+    """The name of the variable op a restored tensor is assigned to (``Assign`` of a reference
+    variable, ``AssignVariableOp`` of a resource one, through ``Identity`` ops), or None."""
+    frontier = [restored]
+    while frontier:
+        tensor = frontier.pop()
+        for consumer in tensor.consumers():
+            if consumer.type.startswith("Assign") and consumer.inputs[1].name == tensor.name:
+                return consumer.inputs[0].op.name
+            if consumer.type == "Identity":
+                frontier.extend(consumer.outputs)
+    return None
 
 
 def _restore_ops(graph, fetches) -> List:
