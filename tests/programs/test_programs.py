@@ -67,9 +67,10 @@ def test_program_builds_the_tf1_pattern_it_stands_for(entry, batches):
     op_types = set(facts["op_types"])
     assert set(entry.exercises) <= op_types, "missing: %s" % sorted(set(entry.exercises) - op_types)
     # The program's variables are TF1 reference variables (TensorFlow 2's tf.Variable would be a
-    # resource variable even under TF1 behaviour); only the loss scale's own may be resources.
+    # resource variable even under TF1 behaviour); only the loss scale's own may be resources,
+    # and a Keras program's (Keras makes resource variables in TF 1.15 too).
     programs_resources = [name for name in facts["resource_variables"] if "loss_scale" not in name]
-    assert not programs_resources
+    assert bool(programs_resources) == entry.resource_variables, programs_resources
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)

@@ -68,6 +68,7 @@ class Program:
     must_heal: bool = False  # AMP skips its steps until the session heals it (never silently)
     needs_estimator: bool = False
     needs_tf1_keras: bool = False  # tf.keras with graph mode (Keras 2), not Keras 3
+    resource_variables: bool = False  # its variables are resource ones (Keras' are, in TF 1.15 too)
 
     @property
     def path(self) -> str:
@@ -130,7 +131,8 @@ CORPUS = (
             tolerance=0.15, exercises=("VariableV2", "MatMul", "ApplyGradientDescent")),
     # fp32 by seed 0..4: 0.3371, 0.3413, 0.3322, 0.3257, 0.3327; spread 0.034, amp 0.002 -> 3 x 0.034
     Program("keras_fit", "tf.keras compile/fit/evaluate/predict with a tf.compat.v1.train optimizer",
-            tolerance=0.11, exercises=("VariableV2", "MatMul", "Softmax", "ApplyAdam"), needs_tf1_keras=True),
+            tolerance=0.11, exercises=("VarHandleOp", "MatMul", "Softmax", "ResourceApplyAdam"),
+            needs_tf1_keras=True, resource_variables=True),
 )
 
 
