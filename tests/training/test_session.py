@@ -167,6 +167,13 @@ def test_an_interactive_session_leaves_the_default_graph_the_users(cpu_target):
         assert tf1.get_default_graph() is graph
 
 
+def test_running_an_empty_graph_fails_as_tensorflow_says(cpu_target):
+    for session_class in (tf1.Session, Session):
+        with session_class(graph=tf.Graph()) as session:
+            with pytest.raises(RuntimeError, match="The Session graph is empty"):
+                session.run("nothing")
+
+
 def test_make_callable_partial_run_list_devices(cpu_target):
     graph = probe_graph()
     x, relu = graph.get_tensor_by_name("x:0"), graph.get_tensor_by_name("relu:0")

@@ -165,6 +165,9 @@ class _RewritingSession:
     def _run_rewritten(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._shadow is None:
             return super().run(fetches, feed_dict, options, run_metadata)
+        if self._user_graph.version == 0:  # TensorFlow's check, before fetches are looked up
+            raise RuntimeError("The Session graph is empty. Add operations to the graph before "
+                               "calling run().")
         self._sync()
         mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
         watched = (None if self._watch is None
