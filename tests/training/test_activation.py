@@ -170,7 +170,8 @@ def test_an_automatically_scaled_optimizers_variables_include_the_loss_scale():
 def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, built):
     """Loss scaling wraps tf.compat.v1.train optimizers; a graph updated by another (a Keras
     optimizer, or one built before loss scaling was switched on) is named once, with an
-    update op.  One with a loss scale of its own (Keras' LossScaleOptimizer) is not."""
+    update op, by the first run that updates.  One with a loss scale of its own (Keras'
+    LossScaleOptimizer) is not; runs that only read the graph (serving it) are not."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setattr(devices, "_logged", set())
@@ -179,7 +180,8 @@ def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, 
     graph = tf.Graph()
     with graph.as_default():
         w = tf1.get_variable("w", initializer=[1.0, 1.0])
-        train = tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(w * w))
+        loss = tf.reduce_sum(w * w)
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
         if built == "with its own scale":
             tf1.get_variable("keras/loss_scale", initializer=1.0)
         init = tf1.global_variables_initializer()
@@ -187,6 +189,8 @@ def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, 
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=graph) as session:
             session.run(init)
+            session.run(loss)
+            assert not [r for r in caplog.records if "without loss scaling" in r.getMessage()]
             session.run(train)
             session.run(train)
     warnings = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]

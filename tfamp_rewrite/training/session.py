@@ -37,7 +37,7 @@ from .devices import log_once, session_dtype, session_numerics, session_rewrite_
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
 from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
-from .unscaled_training import unscaled_training_warning
+from .unscaled_training import UnscaledTrainingWatch
 
 _tf1 = tf.compat.v1
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
@@ -54,7 +54,7 @@ class _RewritingSession:
         self._session = None
         self._user_graph = graph if graph is not None else _tf1.get_default_graph()
         self._inner = threading.local()
-        self._checked_version = None  # the user graph's version last checked for unscaled training
+        self._unscaled = UnscaledTrainingWatch()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
                                          session_compat(compat))
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
@@ -118,13 +118,9 @@ class _RewritingSession:
             inner.active = previous
 
     def _sync(self) -> None:
-        """Brings the private graph up to date; says once if the graph trains unscaled."""
+        """Brings the private graph up to date, and what the unscaled-training watch knows."""
         self._shadow.sync()
-        if self._checked_version != self._user_graph.version:
-            self._checked_version = self._user_graph.version
-            warning = unscaled_training_warning(self._user_graph, self._shadow.dtype)
-            if warning:
-                log_once(warning)
+        self._unscaled.graph_changed(self._user_graph, self._shadow.dtype)
 
     def _map_fetches(self, fetches):
         return map_fetch_structure(fetches, self._shadow.private_fetch)
@@ -170,6 +166,7 @@ class _RewritingSession:
                                "calling run().")
         self._sync()
         mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
+        self._unscaled.before_run(fetch_elements(mapped))
         watched = (None if self._watch is None
                    else self._watch.extra_fetches(fetch_elements(mapped), _fed_tensors(feeds)))
         if watched is None:
@@ -205,8 +202,9 @@ class _RewritingSession:
             # which maps both (nested keys included) and keeps up with a growing graph.
             return super().make_callable(fetches, feed_list, accept_options)
         self._sync()
-        return self._call_base(super().make_callable, self._map_fetches(fetches), None,
-                               accept_options)
+        mapped = self._map_fetches(fetches)
+        self._unscaled.before_run(fetch_elements(mapped))
+        return self._call_base(super().make_callable, mapped, None, accept_options)
 
     def _make_callable_from_options(self, callable_options):
         """Keras' way to run in TF1 graph mode: ``callable_options`` names the user graph's
@@ -221,6 +219,7 @@ class _RewritingSession:
         feeds = [shadow.private_feed(tensor) for tensor in user_feeds]
         fetches = [shadow.private_fetch(name) for name in callable_options.fetch]
         targets = [shadow.private_fetch(name) for name in callable_options.target]
+        self._unscaled.before_run(fetches + targets)
         steps = (None if self._watch is None else
                  self._watch.step_fetches(fetches + targets, [t for t in feeds if isinstance(t, tf.Tensor)]))
         step_tensors = nest.flatten(steps) if steps else []

@@ -1,17 +1,19 @@
-"""Saying so when a graph that runs in float16 trains without loss scaling.
+"""Saying so when a run trains in float16 without loss scaling.
 
 Automatic loss scaling (``TF_ENABLE_AUTO_MIXED_PRECISION=1``, ``tfamp-run``) wraps
 ``tf.compat.v1.train`` optimizers.  A graph updated by anything else -- a Keras optimizer
 (``model.compile("adam")``), an optimizer built before loss scaling was switched on or with
 it switched off -- computes its float16 gradients from an unscaled loss, where values below
 float16's smallest subnormal (6e-8) flush to zero.  It still trains, so nothing fails; the
-session says it once.
+session says it once, at the first run that computes such an update (a graph loaded only to
+serve, whose train op never runs, is not trained and is not warned about).
 """
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Dict, FrozenSet, List
 
+from .devices import log_once
 from .keras_compat import loss_scale_optimizer_name
 from .step_signals import step_signals
 
@@ -19,23 +21,65 @@ _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
 _VARIABLE_OPS = ("VariableV2", "VarHandleOp")
 
 
-def unscaled_training_warning(graph, dtype: str) -> Optional[str]:
-    """The warning for ``graph`` if it trains in float16 with none of its updates loss-scaled
-    (and no Keras loss scale of its own), else None."""
+def unscaled_updates(graph, dtype: str) -> List:
+    """The update ops of ``graph`` if it runs in float16 with none of its updates loss-scaled
+    (and no Keras loss scale of its own), else an empty list."""
     if dtype != "float16" or step_signals(graph):
-        return None
-    updates, scaled_elsewhere = [], False
+        return []
+    updates = []
     for op in graph.get_operations():
         if _UPDATE_OP.match(op.type):
             updates.append(op)
         elif op.type in _VARIABLE_OPS and "loss_scale" in op.name:  # Keras' LossScaleOptimizer
-            scaled_elsewhere = True
-    if not updates or scaled_elsewhere:
-        return None
-    return (
-        "tfamp_rewrite: this graph trains in float16 without loss scaling: none of its %d update "
-        "op(s) (e.g. '%s', %s) comes from a loss-scaled optimizer, so float16 gradients below "
-        "6e-8 flush to zero. Automatic loss scaling (TF_ENABLE_AUTO_MIXED_PRECISION=1) covers the "
-        "tf.compat.v1.train optimizers built while it is on; wrap a Keras optimizer in %s, "
-        "another in tfamp_rewrite.LossScaleOptimizer."
-        % (len(updates), updates[0].name, updates[0].type, loss_scale_optimizer_name()))
+            return []
+    return updates
+
+
+class UnscaledTrainingWatch:
+    """Per session: the first run that computes an unscaled update says so (module docstring)."""
+
+    def __init__(self):
+        self._updates: Dict[str, str] = {}     # update op name -> op type
+        self._version = None
+        self._checked: set = set()             # fetch sets already found to compute none
+        self._said = False
+
+    def graph_changed(self, graph, dtype: str) -> None:
+        if self._said or graph.version == self._version:
+            return
+        self._version = graph.version
+        self._updates = {op.name: op.type for op in unscaled_updates(graph, dtype)}
+        self._checked.clear()
+
+    def before_run(self, elements) -> None:
+        """``elements``: the run's fetches in the graph it runs (the update ops keep their names)."""
+        if self._said or not self._updates:
+            return
+        key = frozenset(getattr(e, "name", str(e)) for e in elements)
+        if key in self._checked:
+            return
+        computed = sorted(_ancestor_names(elements) & self._updates.keys())
+        if not computed:
+            self._checked.add(key)
+            return
+        self._said = True
+        log_once(
+            "tfamp_rewrite: this run trains in float16 without loss scaling: none of its %d update "
+            "op(s) (e.g. '%s', %s) comes from a loss-scaled optimizer, so float16 gradients below "
+            "6e-8 flush to zero. Automatic loss scaling (TF_ENABLE_AUTO_MIXED_PRECISION=1) covers "
+            "the tf.compat.v1.train optimizers built while it is on; wrap a Keras optimizer in %s, "
+            "another in tfamp_rewrite.LossScaleOptimizer."
+            % (len(computed), computed[0], self._updates[computed[0]], loss_scale_optimizer_name()))
+
+
+def _ancestor_names(elements) -> FrozenSet[str]:
+    stack = [getattr(e, "op", e) for e in elements]
+    seen = set()
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return frozenset(seen)
