@@ -496,3 +496,33 @@ def test_gradients_accumulated_in_variables_are_judged_by_where_they_came_from(m
             opt.apply_gradients([(accumulator / 4.0, w)])
     warnings = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
     assert len(warnings) == (0 if scaled else 1), warnings
+
+
+def test_a_float64_variable_is_unscaled_in_float64_and_skipped_with_the_rest():
+    """The fused op takes half, float and bfloat16 gradients; a user's float64 variable gets
+    its gradient unscaled in float64 and its finite flag joined to the others'."""
+    def one_variable_of_each(make_optimizer):
+        graph = tf.Graph()
+        with graph.as_default():
+            overflow = tf1.placeholder_with_default(1.0, [], name="overflow")
+            w32 = tf1.get_variable("w32", initializer=[1.0, 2.0])
+            w64 = tf1.get_variable("w64", initializer=np.array([1.0 + 2.0 ** -40, 3.0]))
+            loss = (tf.reduce_sum(w32 * w32) + tf.cast(tf.reduce_sum(w64 * w64), tf.float32)) * overflow
+            train = make_optimizer().minimize(loss)
+            init = tf1.global_variables_initializer()
+        session = tf1.Session(graph=graph)
+        session.run(init)
+        return session, train, overflow, (w32, w64)
+
+    plain, plain_train, _, plain_vars = one_variable_of_each(momentum)
+    scaled, scaled_train, overflow, scaled_vars = one_variable_of_each(wrapped(momentum))
+    with plain, scaled:
+        before = scaled.run(scaled_vars)
+        scaled.run(scaled_train, {overflow: INF})
+        for value, kept in zip(scaled.run(scaled_vars), before):
+            np.testing.assert_array_equal(value, kept)         # the step was skipped, w64 too
+        plain.run(plain_train)
+        scaled.run(scaled_train)
+        for value, reference in zip(scaled.run(scaled_vars), plain.run(plain_vars)):
+            assert value.dtype == reference.dtype
+            np.testing.assert_array_equal(value, reference)    # unscaled exactly (a power of two)

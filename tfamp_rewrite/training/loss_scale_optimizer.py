@@ -211,6 +211,29 @@ def _variable_writers(graph):
     return writers
 
 
+def _unscale_and_check_finite(grads, inv_scale):
+    """``unscale_and_check_finite`` for any floating gradient: the fused op takes half, float
+    and bfloat16; a float64 one (a user's float64 variable) is unscaled with stock ops, in
+    float64, and its finite flag joins the fused op's."""
+    wide = {i for i, g in enumerate(grads) if g is not None and _tensors_of([g])[0].dtype == _tf.float64}
+    if not wide:
+        return unscale_and_check_finite(grads, inv_scale)
+    unscaled, flags = list(grads), []
+    if len(wide) < sum(g is not None for g in grads):
+        narrow, flag = unscale_and_check_finite([None if i in wide else g for i, g in enumerate(grads)],
+                                                inv_scale)
+        unscaled = [narrow[i] if narrow[i] is not None else g for i, g in enumerate(grads)]
+        flags.append(flag)
+    inv_scale = _tf.cast(inv_scale, _tf.float64)
+    for i in sorted(wide):
+        grad = grads[i]
+        values = _tensors_of([grad])[0] * inv_scale
+        flags.append(_tf.reduce_all(_tf.is_finite(values)))
+        unscaled[i] = (_tf.IndexedSlices(values, grad.indices, grad.dense_shape)
+                       if isinstance(grad, _tf.IndexedSlices) else values)
+    return unscaled, flags[0] if len(flags) == 1 else _tf.reduce_all(_tf.stack(flags))
+
+
 def _tensors_of(grads):
     """The tensors of a gradient list (an IndexedSlices' values), Nones left out."""
     return [getattr(g, "values", g) for g in grads if g is not None]
@@ -286,7 +309,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         """
         grads = list(grads)
         scale = self._loss_scale()
-        unscaled, all_finite = unscale_and_check_finite(grads, 1.0 / scale)
+        unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite)
         return list(unscaled)
 
@@ -311,7 +334,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
                 grad_loss=grad_loss,
             ))
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
-        unscaled, all_finite = unscale_and_check_finite(grads, 1.0 / scale)
+        unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite)
         return list(zip(unscaled, variables))
 
@@ -372,7 +395,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         if self._checked is not None and _same_gradients(self._checked.grads, grads):
             return self._checked.all_finite
         self._warn_if_unscaled(grads)
-        _, all_finite = unscale_and_check_finite(grads, 1.0)
+        _, all_finite = _unscale_and_check_finite(grads, 1.0)
         return all_finite
 
     def _warn_if_unscaled(self, grads) -> None:
