@@ -442,3 +442,28 @@ def test_feeding_a_tensor_the_rewrite_made_half_says_its_values_round(cpu_target
     assert np.array_equal(values[0], as_half) and np.array_equal(values[1], as_half)
     said = [r.getMessage() for r in caplog.records if state.name + " is fed" in r.getMessage()]
     assert said and "rounded to float16" in said[0]
+
+
+def test_histogram_summaries_leave_the_non_finite_values_of_skipped_steps_out(cpu_target, caplog):
+    """TensorFlow's CIFAR-10 tutorial pattern: a histogram of each gradient, fetched with the
+    train op.  A skipped step's gradients are inf; HistogramSummary would fail the run."""
+    problem = build(lambda: LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)))
+    with problem.graph.as_default():
+        grads = problem.optimizer.compute_gradients(problem.loss)
+        for grad, variable in grads:
+            tf1.summary.histogram(variable.op.name + "/gradient", grad)
+        train = problem.optimizer.apply_gradients(grads)
+        merged = tf1.summary.merge_all()
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with Session(graph=problem.graph) as session:
+            session.run(init)
+            skipped = tf1.Summary.FromString(session.run([merged, train], {problem.overflow: np.inf})[0])
+            applied = tf1.Summary.FromString(session.run([merged, train])[0])
+    def counts(summary):
+        return {value.tag: value.histo.num for value in summary.value if value.HasField("histo")}
+
+    assert counts(skipped) == {"w/gradient": 0, "b/gradient": 0}   # every value was inf
+    assert counts(applied) == {"w/gradient": 3, "b/gradient": 1}
+    assert sum("histogram summaries" in r.getMessage() for r in caplog.records) == 1
+    assert not [op for op in problem.graph.get_operations() if "tfamp" in op.name]

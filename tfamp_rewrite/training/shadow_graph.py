@@ -34,6 +34,7 @@ from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from .devices import log_once
+from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
 from .user_log import log_info
@@ -75,7 +76,7 @@ class ShadowGraph:
             version = self.user_graph.version
             if version == self._version:
                 return
-            graph_def = self.user_graph.as_graph_def()
+            graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=bool(self._scope))
             to_import = self._graph_to_import(graph_def, result)
             if self._scope:  # after a heal, growth is imported as a whole new generation
@@ -96,12 +97,25 @@ class ShadowGraph:
         variable, queue and iterator (generations.py).  Returns the new rewrite's report."""
         with self._lock:
             self.kept_float32.update(nodes)
-            graph_def = self.user_graph.as_graph_def()
+            graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=True)
             self._import_generation(self._graph_to_import(graph_def, result))
             self._version = self.user_graph.version
             self.last_rewrite = (graph_def, result)
             return result.report
+
+    def _user_graph_def(self):
+        """The user graph as the private graph holds it, before the rewrite: its histogram
+        summaries leave non-finite values out (finite_histograms.py; said once)."""
+        graph_def = self.user_graph.as_graph_def()
+        filtered = filter_non_finite(graph_def)
+        if filtered:
+            one = len(filtered) == 1
+            log_once("tfamp_rewrite: %d histogram summar%s (e.g. '%s') leave%s non-finite values "
+                     "out: TensorFlow's HistogramSummary fails a run on inf or nan, which a skipped "
+                     "step's gradients and an overflowing float16 value are"
+                     % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""))
+        return graph_def
 
     def _rewrite(self, graph_def, whole: bool):
         """The rewrite of ``graph_def`` (healed nodes kept float32), recorded in ``reports``.
