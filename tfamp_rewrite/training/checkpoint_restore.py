@@ -26,6 +26,7 @@ import tensorflow as tf
 from tensorflow.python.util import nest
 
 from .devices import log_once
+from .shadow_graph import ancestors
 from .step_signals import step_signals
 
 _tf1 = tf.compat.v1
@@ -107,18 +108,7 @@ def _restore_ops(graph, fetches) -> List:
         ops = [_as_operation(graph.as_graph_element(element)) for element in nest.flatten(fetches)]
     except (TypeError, ValueError, KeyError):
         return []
-    seen, stack, restores = set(), list(ops), []
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if op.type == _RESTORE_OP:
-            restores.append(op)
-            continue
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return sorted(restores, key=lambda op: op.name)
+    return sorted((op for op in ancestors(ops) if op.type == _RESTORE_OP), key=lambda op: op.name)
 
 
 def _as_operation(element):

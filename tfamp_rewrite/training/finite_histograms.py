@@ -63,11 +63,11 @@ def _node(name, op, inputs, value=None, **attrs):
     if value is not None:
         node.attr["dtype"].type = value.dtype
         node.attr["value"].tensor.CopyFrom(value)
-    for key, value in attrs.items():
+    for key, attr in attrs.items():
         if key == "batch_dims":
-            node.attr[key].i = value
+            node.attr[key].i = attr
         else:
-            node.attr[key].type = value
+            node.attr[key].type = attr
     return node
 
 

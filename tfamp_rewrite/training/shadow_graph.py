@@ -318,7 +318,6 @@ class ShadowGraph:
             return cast
 
 
-
 def _memoised(cache, leaf, compute):
     # Names never change and nodes are only ever added, so a mapping stays valid.
     try:
@@ -377,6 +376,21 @@ def fetch_elements(mapped) -> list:
 
     map_fetch_structure(mapped, collect)
     return found
+
+
+def ancestors(elements, fed_names=frozenset()) -> set:
+    """The operations ``elements`` (tensors, operations) depend on, themselves included,
+    through data and control inputs; a tensor named in ``fed_names`` is fed, not computed."""
+    stack = [getattr(e, "op", e) for e in elements]
+    seen = set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs if t.name not in fed_names)
+        stack.extend(op.control_inputs)
+    return seen
 
 
 def _belongs_to(element, graph) -> bool:

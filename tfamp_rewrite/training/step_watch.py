@@ -30,6 +30,7 @@ from typing import Dict, List, Optional
 
 from ..doctor.limits import limits_for
 from .precision_monitor import PrecisionMonitor
+from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, StepDiagnosis
 from .step_signals import step_signals
@@ -162,11 +163,11 @@ class StepWatch:
         key = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
         cached = self._computed.get(key)
         if cached is None:
-            ancestors = _ancestors(elements, {t.name for t in fed})
+            computed = ancestors(elements, {t.name for t in fed})
             graph = self.shadow.user_graph
             cached = [i for i, s in enumerate(signals) if _is_dynamic(s.loss_scale)
                       and graph.is_fetchable(s.all_finite) and graph.is_fetchable(s.scale)
-                      and self.shadow.private_fetch(s.all_finite).op in ancestors]
+                      and self.shadow.private_fetch(s.all_finite).op in computed]
             self._computed[key] = cached
         return cached
 
@@ -288,15 +289,3 @@ def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, healing: boo
 def _is_dynamic(loss_scale) -> bool:
     return hasattr(loss_scale, "min_loss_scale")
 
-
-def _ancestors(elements, fed_names) -> set:
-    stack = [getattr(e, "op", e) for e in elements]
-    seen = set()
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(t.op for t in op.inputs if t.name not in fed_names)
-        stack.extend(op.control_inputs)
-    return seen

@@ -11,10 +11,11 @@ serve, whose train op never runs, is not trained and is not warned about).
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, List
+from typing import Dict, List
 
 from .devices import log_once
 from .keras_compat import loss_scale_optimizer_name
+from .shadow_graph import ancestors
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -58,7 +59,7 @@ class UnscaledTrainingWatch:
         key = frozenset(getattr(e, "name", str(e)) for e in elements)
         if key in self._checked:
             return
-        computed = sorted(_ancestor_names(elements) & self._updates.keys())
+        computed = sorted({op.name for op in ancestors(elements)} & self._updates.keys())
         if not computed:
             self._checked.add(key)
             return
@@ -71,15 +72,3 @@ class UnscaledTrainingWatch:
             "another in tfamp_rewrite.LossScaleOptimizer."
             % (len(computed), computed[0], self._updates[computed[0]], loss_scale_optimizer_name()))
 
-
-def _ancestor_names(elements) -> FrozenSet[str]:
-    stack = [getattr(e, "op", e) for e in elements]
-    seen = set()
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return frozenset(seen)
