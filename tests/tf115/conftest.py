@@ -10,7 +10,7 @@ import pytest
 
 # What the summary lists, in this order; verified(topic, line) adds a line under a topic.
 TOPICS = ("TensorFlow 1.15 runtime", "fused op", "graphs rewritten by the pass",
-          "graphs converted by tfamp-rewrite", "API surface")
+          "graphs converted by tfamp-rewrite", "graphs saved from training", "API surface")
 _VERIFIED = collections.defaultdict(list)
 
 

@@ -376,9 +376,19 @@ def test_none_loss_scale_is_rejected():
         LossScaleOptimizer(momentum(), None)
 
 
+def session_graph_of(graph, monkeypatch):
+    """The graph a rewriting session (target cpu) runs for ``graph``."""
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    session = tfamp_rewrite.Session(graph=graph)
+    session._shadow.sync()
+    session.close()
+    return session._shadow.graph
+
+
 @pytest.mark.parametrize("devices", [("/cpu:0",), ("/cpu:0", "/cpu:1")])
-def test_one_fused_op_per_device_in_a_training_graph(devices):
-    """compute_gradients + apply_gradients unscale and check with one op per gradient device."""
+def test_the_user_graph_holds_stock_ops_and_the_session_runs_one_fused_op_per_device(devices, monkeypatch):
+    """compute_gradients + apply_gradients unscale and check with stock ops in the user's graph
+    (it loads in any TensorFlow); the session's copy has one fused op per gradient device."""
     from tfamp_rewrite import fused_op_available
     from tfamp_rewrite.fused_op.op import OP_TYPE
 
@@ -392,14 +402,17 @@ def test_one_fused_op_per_device_in_a_training_graph(devices):
                 losses.append(tf.reduce_sum(w * w))
         optimizer = LossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
         optimizer.minimize(tf.add_n(losses), colocate_gradients_with_ops=True)  # grads on devices
-    fused = [op for op in graph.get_operations() if op.type == OP_TYPE]
+    assert OP_TYPE not in {op.type for op in graph.get_operations()}
+    fused = [op for op in session_graph_of(graph, monkeypatch).get_operations() if op.type == OP_TYPE]
     assert sorted(op.device for op in fused) == sorted(
         tf.DeviceSpec.from_string(d).to_string() for d in devices)
+    assert sum(len(op.inputs) - 1 for op in fused) == len(devices) * 2
 
 
-def test_each_gradient_is_read_by_the_fused_op_alone_so_it_is_rewritten_in_place():
-    """TensorFlow lets the op reuse a gradient's buffer only when nothing else reads it: the
-    optimizer must not add a second reader (benchmarks/unscale_op.py's "as in training")."""
+def test_each_gradient_is_read_by_the_fused_op_alone_so_it_is_rewritten_in_place(monkeypatch):
+    """TensorFlow lets the op reuse a gradient's buffer only when nothing else reads it: in the
+    graph the session runs, the stock ops' readers must be gone (benchmarks/unscale_op.py's
+    "as in training")."""
     from tfamp_rewrite import fused_op_available
     from tfamp_rewrite.fused_op.op import OP_TYPE
 
@@ -412,7 +425,7 @@ def test_each_gradient_is_read_by_the_fused_op_alone_so_it_is_rewritten_in_place
         logits = tf1.layers.dense(tf1.layers.flatten(net), 10)
         loss = tf.reduce_mean(tf.square(logits))
         LossScaleOptimizer(momentum(), DynamicLossScale()).minimize(loss)
-    (fused,) = [op for op in graph.get_operations() if op.type == OP_TYPE]
+    (fused,) = [op for op in session_graph_of(graph, monkeypatch).get_operations() if op.type == OP_TYPE]
     gradients = list(fused.inputs)[:-1]
     assert len(gradients) == len(graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES)) == 6
     readers = {t.name: [op.name for op in t.consumers()] for t in gradients}

@@ -22,8 +22,6 @@ caps it): ``cpu_kernel_isa()`` says which.
 """
 from __future__ import annotations
 
-import collections
-import contextlib
 import ctypes
 import logging
 import os
@@ -31,10 +29,11 @@ from typing import Optional
 
 import tensorflow as tf
 
+from .fusable import OP_TYPE, per_device, unscale_with_stock_ops
+
 _tf = tf.compat.v1
 _log = logging.getLogger(__name__)
 
-OP_TYPE = "UnscaleAndCheckFinite"
 DISABLE_ENV = "TFAMP_DISABLE_FUSED_OP"
 CPU_ISA_ENV = "TFAMP_CPU_ISA"
 _GRAD_DTYPES = (tf.float16, tf.float32, tf.bfloat16)
@@ -192,44 +191,20 @@ def _scalar_float32(inv_scale):
     return inv_scale
 
 
-def _unscale_composite(values, inv_scale):
-    """Stock TF ops: per gradient a Mul (in float32), an IsFinite and an All."""
-    def unscale(v):
-        if v.dtype == tf.float32:
-            return v * inv_scale
-        return tf.cast(tf.cast(v, tf.float32) * inv_scale, v.dtype)
-
-    finite_flags = [tf.reduce_all(tf.math.is_finite(v)) for v in values]
-    return [unscale(v) for v in values], tf.reduce_all(tf.stack(finite_flags))
-
-
-def _device_key(tensor):
-    return tf.DeviceSpec.from_string(tensor.device or "").to_string()
-
-
 def _unscale_fused(op_module, values, inv_scale):
     """One UnscaleAndCheckFinite node per device holding gradients; their flags ANDed."""
-    by_device = collections.OrderedDict()
-    for i, v in enumerate(values):
-        by_device.setdefault(_device_key(v), []).append(i)
-    unscaled = [None] * len(values)
-    flags = []
-    for device, indices in by_device.items():
-        with tf.device(device) if device else contextlib.nullcontext():
-            outputs, all_finite = op_module.unscale_and_check_finite(
-                [values[i] for i in indices], inv_scale)
-        for i, out in zip(indices, outputs):
-            unscaled[i] = out
-        flags.append(all_finite)
-    return unscaled, flags[0] if len(flags) == 1 else tf.reduce_all(tf.stack(flags))
+    return per_device(values, lambda group: op_module.unscale_and_check_finite(group, inv_scale))
 
 
-def unscale_and_check_finite(grads, inv_scale):
+def unscale_and_check_finite(grads, inv_scale, portable=False):
     """Returns ``(unscaled_grads, all_finite)`` for a list of gradients.
 
     Args:
       grads: list of ``Tensor`` / ``IndexedSlices`` / ``None`` (half, float or bfloat16).
       inv_scale: scalar float32 tensor or number, the reciprocal of the loss scale.
+      portable: build stock TensorFlow ops only, so the graph loads where the op is not
+        registered; the sessions that run the mixed-precision rewrite run them as the fused
+        op (fusable.py).  The loss-scale optimizer's choice.
 
     Raises:
       ValueError: if ``grads`` holds no gradient at all, a gradient is not floating point,
@@ -237,12 +212,12 @@ def unscale_and_check_finite(grads, inv_scale):
     """
     grads = list(grads)
     present = _present_gradients(grads)
-    op_module = _LOADER.module()
+    op_module = None if portable else _LOADER.module()
     with _tf.name_scope("unscale_and_check_finite"):
         inv_scale = _scalar_float32(inv_scale)
         values = [_dense_values(g) for g in present]
         if op_module is None:
-            unscaled, all_finite = _unscale_composite(values, inv_scale)
+            unscaled, all_finite = unscale_with_stock_ops(values, inv_scale)
         else:
             unscaled, all_finite = _unscale_fused(op_module, values, inv_scale)
     unscaled = iter(unscaled)

@@ -212,16 +212,17 @@ def _variable_writers(graph):
 
 
 def _unscale_and_check_finite(grads, inv_scale):
-    """``unscale_and_check_finite`` for any floating gradient: the fused op takes half, float
-    and bfloat16; a float64 one (a user's float64 variable) is unscaled with stock ops, in
-    float64, and its finite flag joins the fused op's."""
+    """``unscale_and_check_finite`` for any floating gradient, in stock ops a saved graph can
+    hold (a rewriting session runs them as the fused op): the fused op takes half, float and
+    bfloat16; a float64 one (a user's float64 variable) is unscaled in float64 apart, and its
+    finite flag joins the others'."""
     wide = {i for i, g in enumerate(grads) if g is not None and _tensors_of([g])[0].dtype == _tf.float64}
     if not wide:
-        return unscale_and_check_finite(grads, inv_scale)
+        return unscale_and_check_finite(grads, inv_scale, portable=True)
     unscaled, flags = list(grads), []
     if len(wide) < sum(g is not None for g in grads):
         narrow, flag = unscale_and_check_finite([None if i in wide else g for i, g in enumerate(grads)],
-                                                inv_scale)
+                                                inv_scale, portable=True)
         unscaled = [narrow[i] if narrow[i] is not None else g for i, g in enumerate(grads)]
         flags.append(flag)
     inv_scale = _tf.cast(inv_scale, _tf.float64)

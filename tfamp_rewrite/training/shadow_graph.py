@@ -26,6 +26,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+from ..fused_op.fusable import MARKER_ATTR, fuse_unscale_groups
+from ..fused_op.op import fused_op_available
 from ..fused_op.round_to_half import round_to_half_available
 from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
 from ..graph_rewrite.compat import AUTO, resolve_compat
@@ -106,8 +108,10 @@ class ShadowGraph:
 
     def _user_graph_def(self):
         """The user graph as the private graph holds it, before the rewrite: its histogram
-        summaries leave non-finite values out (finite_histograms.py; said once)."""
+        summaries leave non-finite values out (finite_histograms.py; said once), and the
+        loss scaling's unscale and finite check run as the fused op (fusable.py)."""
         graph_def = self.user_graph.as_graph_def()
+        _fuse_unscaling(graph_def)
         filtered = filter_non_finite(graph_def)
         if filtered:
             one = len(filtered) == 1
@@ -391,6 +395,17 @@ def ancestors(elements, fed_names=frozenset()) -> set:
         stack.extend(t.op for t in op.inputs if t.name not in fed_names)
         stack.extend(op.control_inputs)
     return seen
+
+
+def _fuse_unscaling(graph_def) -> None:
+    """Swaps the fused op in for ``graph_def``'s stock-op unscale groups, where it loads (the
+    op's loader says once which it is); a group left as stock ops is said once, with why."""
+    if not any(MARKER_ATTR in node.attr for node in graph_def.node) or not fused_op_available():
+        return
+    _, left = fuse_unscale_groups(graph_def)
+    for scope, why in sorted(left.items()):
+        log_once("tfamp_rewrite: the loss scaling's unscale and finite check in '%s' runs as "
+                 "stock TensorFlow ops, not the fused op: %s" % (scope, why))
 
 
 def _belongs_to(element, graph) -> bool:
