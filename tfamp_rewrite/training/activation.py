@@ -187,6 +187,7 @@ def _auto_scaler(opt):
     scaler = state.get(_AUTO_SCALER)
     if scaler is None:
         scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, "dynamic")
+        scaler._state_owner = opt  # the user checkpoints opt: the loss scale is saved with it
     return scaler
 
 

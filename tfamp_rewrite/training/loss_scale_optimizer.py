@@ -267,6 +267,12 @@ class LossScaleOptimizer(_tf.train.Optimizer):
 
     ``compute_gradients`` returns unscaled gradients, as an unwrapped optimizer would, so
     clipping between ``compute_gradients`` and ``apply_gradients`` works as usual.
+
+    Object-based checkpoints (``tf.compat.v1.train.Checkpoint(optimizer=...)``) save what
+    the wrapped optimizer's would, under the same keys (slots, and non-slot variables such
+    as Adam's ``beta1_power``), plus the loss scale's ``current_loss_scale`` and
+    ``good_steps``.  Under automatic loss scaling the user holds the wrapped optimizer, so
+    the loss scale's variables are its dependencies instead (``_state_owner``).
     """
 
     def __init__(self, opt, loss_scale="dynamic"):
@@ -280,6 +286,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         super().__init__(getattr(opt, "_use_locking", False), opt.get_name())
         self._optimizer = opt
         self._loss_scale = scale
+        self._state_owner = self  # whose checkpoint dependencies the loss scale's variables are
         self._checked = None
         self._scales_handed_out = set()  # the ops of every scale tensor a loss was multiplied by
 
@@ -288,9 +295,40 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         """The ``LossScale`` this optimizer uses; call it for the current value."""
         return self._loss_scale
 
+    def _scale_value(self):
+        """The loss scale's current value; its variables (created in the default graph on
+        first use) become checkpoint dependencies of ``_state_owner``."""
+        value = self._loss_scale()
+        for variable in self._loss_scale.variables():
+            self._track_state(variable.op.name.rsplit("/", 1)[-1], variable, self._state_owner)
+        return value
+
+    @staticmethod
+    def _track_state(name, variable, owner):
+        """Makes ``variable`` ``owner``'s checkpoint dependency ``name`` in its graph.
+
+        As a ``tf.compat.v1.train.Optimizer`` tracks Adam's ``beta1_power``: per graph, in
+        ``_non_slot_dict``, so an Estimator's new graph per call does not collide with the
+        last, and a restore requested before the variable exists reaches it."""
+        key = (name, variable.graph)
+        if owner._non_slot_dict.get(key) is not variable:
+            owner._non_slot_dict[key] = variable
+            owner._handle_deferred_dependencies(name=name, trackable=variable)
+
+    def _track_wrapped_state(self):
+        """The wrapped optimizer's non-slot variables in the default graph become this one's
+        checkpoint dependencies, under their own names (its slots are found through
+        ``get_slot``)."""
+        if self._state_owner is self._optimizer:
+            return
+        graph = _tf.get_default_graph()
+        for (name, owner_graph), variable in list(getattr(self._optimizer, "_non_slot_dict", {}).items()):
+            if owner_graph is graph:
+                self._track_state(name, variable, self)
+
     def _current_scale(self):
         """The loss scale as a tensor, recorded as one a loss was scaled with."""
-        scale = self._loss_scale()
+        scale = self._scale_value()
         _tf.add_to_collection(LOSS_SCALE_COLLECTION, scale)
         self._scales_handed_out.add(scale.op)
         return scale
@@ -309,7 +347,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         ``apply_gradients`` of exactly these reuses their finite check.
         """
         grads = list(grads)
-        scale = self._loss_scale()
+        scale = self._scale_value()
         unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite)
         return list(unscaled)
@@ -359,7 +397,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         # The gradients were unscaled with the value this update replaces: read it first
         # (and once more for whoever watches the steps, before the update).
         with _tf.control_dependencies([g.op for g in grads if g is not None]):
-            scale_used = self._loss_scale()
+            scale_used = self._scale_value()
             with _tf.control_dependencies([scale_used.op]):
                 update_op, should_apply = self._loss_scale.update(all_finite)
         step_signals.register(scale_used.graph, step_signals.StepSignal(
@@ -386,6 +424,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         else:
             apply_op = _tf.cond(should_apply, apply, skip)
         train_op = _tf.group(apply_op, update_op, name=name)
+        self._track_wrapped_state()
         # The wrapped optimizer registered its own op, which may sit inside the cond where
         # nothing outside can fetch it (a MetaGraph would not even import); register ours.
         train_ops[:] = earlier_train_ops + [train_op]
@@ -416,13 +455,19 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     def get_slot(self, var, name):
         return self._optimizer.get_slot(var, name)
 
+    def _create_or_restore_slot_variable(self, slot_variable_position, slot_name, variable):
+        # A checkpoint restores the slots it found through get_slot here: the wrapped
+        # optimizer creates them, so it restores them (now, or when it creates them).
+        return self._optimizer._create_or_restore_slot_variable(slot_variable_position, slot_name, variable)
+
     def get_slot_names(self):
         return self._optimizer.get_slot_names()
 
     def variables(self):
         """The wrapped optimizer's variables and the loss scale's, in the default graph."""
         with _delegating():
-            return self._optimizer.variables() + self._loss_scale.variables()
+            wrapped = self._optimizer.variables()  # holds the loss scale's where it is _state_owner
+        return wrapped + [v for v in self._loss_scale.variables() if not any(v is w for w in wrapped)]
 
     def __getattr__(self, name):
         # Reached only for names neither this class nor tf.compat.v1.train.Optimizer has.
