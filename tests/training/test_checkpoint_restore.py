@@ -168,3 +168,47 @@ def test_monitored_training_resumes_across_switching_amp_on_and_off(tmp_path):
     assert third["finished_at"] == 12
     assert second["loss_scale"] == 2.0 ** 15 and first["loss_scale"] is None
     assert sum(SAID in line for line in said.splitlines()) == 1, said[-3000:]
+
+
+@pytest.mark.parametrize("switched_on", ["loss scaling", "graph rewrite"])
+def test_warm_starting_every_variable_from_a_float32_checkpoint_leaves_the_loss_scale_out(
+        tmp_path, caplog, monkeypatch, switched_on):
+    """``warm_start(dir, [".*"])`` -- the list form matches every global variable, Adam's slots
+    included -- must not fail on the loss scale a float32 checkpoint cannot have."""
+    from tfamp_rewrite.training import activation, devices
+
+    monkeypatch.setattr(devices, "_logged", set())  # what this process already said once
+    def adam_program(wrap):
+        graph = tf.Graph()
+        with graph.as_default():
+            w = tf1.get_variable("w", initializer=np.full((3, 1), 0.5, np.float32))
+            train = wrap(tf1.train.AdamOptimizer(0.1)).minimize(tf.reduce_sum(tf.square(w - 2.0)))
+        return graph, train
+
+    graph, train = adam_program(lambda opt: opt)
+    with graph.as_default(), tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        session.run(train)
+        saved = {v.op.name: session.run(v) for v in tf1.global_variables()}
+        tf1.train.Saver().save(session, str(tmp_path / "fp32"))
+
+    try:
+        if switched_on == "loss scaling":
+            activation.enable_loss_scaling()
+            graph, train = adam_program(lambda opt: opt)
+        else:
+            activation.enable_graph_rewrite()
+            graph, train = adam_program(LossScaleOptimizer)
+        with graph.as_default():
+            tf1.train.warm_start(str(tmp_path), vars_to_warm_start=[".*"])
+            with tf1.Session() as session:
+                session.run(tf1.global_variables_initializer())
+                warmed = {v.op.name: session.run(v) for v in tf1.global_variables()}
+    finally:
+        activation.deactivate()
+    assert set(saved) < set(warmed)
+    for name, value in saved.items():
+        np.testing.assert_array_equal(warmed[name], value, err_msg=name)
+    assert warmed["loss_scale/current_loss_scale"] == 2.0 ** 15
+    said = [r.getMessage() for r in caplog.records if "warm start leaves the loss scale" in r.getMessage()]
+    assert len(said) == 1 and "loss_scale/current_loss_scale" in said[0]

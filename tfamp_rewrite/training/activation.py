@@ -16,6 +16,11 @@
   explicitly is scaled once, by that wrapper; an optimizer that already scales its loss
   natively (NVIDIA's builds) is left to do so.
 
+* Warm starts: while either is on, ``tf.compat.v1.train.warm_start`` (and an Estimator's
+  ``WarmStartSettings``) given a list of patterns, which match every global variable,
+  leaves the loss scale's variables out, and says so once: mixed precision added them,
+  so a float32 checkpoint has none, and TensorFlow would refuse the whole warm start.
+
 ``activate_from_environment()`` reads NVIDIA's variables (``TF_ENABLE_AUTO_MIXED_PRECISION``
 and its ``_GRAPH_REWRITE`` / ``_LOSS_SCALING`` refinements); ``deactivate()`` turns both
 off (the optimizer methods are TensorFlow's own again; the session classes keep an inert
@@ -48,6 +53,7 @@ LOSS_SCALING_ENV = "TF_ENABLE_AUTO_MIXED_PRECISION_LOSS_SCALING"
 _DELEGATED_METHODS = ("compute_gradients", "apply_gradients", "variables")
 _AUTO_SCALER = "_tfamp_auto_loss_scaler"
 _NEW_MARKER = "_tfamp_rewriting_new"
+_WARM_START_GROUPS = "_get_grouped_variables"  # warm_starting_util's: what a warm start covers
 
 # Held only while patching, never while importing: a thread importing TensorFlow runs the
 # start-up hook with TensorFlow's import lock held, so waiting on it here could deadlock.
@@ -56,6 +62,7 @@ _original_methods: Dict[str, object] = {}  # TensorFlow's Optimizer methods, cap
 _graph_rewrite = False
 _loss_scaling = False
 _doctor = None  # the precision doctor's run, while sessions probe instead of rewriting
+_original_warm_start_groups = None  # TensorFlow's, while ours replaces it
 
 
 def _tensorflow_v1():
@@ -79,6 +86,7 @@ def enable_graph_rewrite() -> None:
         for original in (tf1.Session, tf1.InteractiveSession):
             if not _is_ours(original.__dict__.get("__new__")):
                 original.__new__ = _constructing(original)
+        _leave_loss_scales_out_of_warm_starts()
         _graph_rewrite = True
 
 
@@ -150,6 +158,7 @@ def enable_loss_scaling() -> None:
         for name, method in _original_methods.items():
             if optimizer.__dict__[name] is method:
                 setattr(optimizer, name, _with_auto_loss_scaling(name, method))
+        _leave_loss_scales_out_of_warm_starts()
         _loss_scaling = True
 
 
@@ -189,6 +198,54 @@ def _auto_scaler(opt):
         scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, "dynamic")
         scaler._state_owner = opt  # the user checkpoints opt: the loss scale is saved with it
     return scaler
+
+
+# -- warm starts ----------------------------------------------------------------------------
+def _leave_loss_scales_out_of_warm_starts() -> None:
+    """Replaces warm_starting_util's variable grouping (see the module docstring); its
+    ``warm_start`` -- ``tf.compat.v1.train.warm_start`` and the Estimator's -- looks it up
+    at each call, so no TensorFlow name changes.  Called with ``_lock`` held."""
+    global _original_warm_start_groups
+    from tensorflow.python.training import warm_starting_util
+
+    original = warm_starting_util.__dict__.get(_WARM_START_GROUPS)
+    if original is None or _original_warm_start_groups is not None:
+        return  # a TensorFlow without it, or replaced already
+    _original_warm_start_groups = original
+    setattr(warm_starting_util, _WARM_START_GROUPS, _without_loss_scales(original))
+
+
+def _restore_warm_starts() -> None:
+    global _original_warm_start_groups
+    if _original_warm_start_groups is not None:
+        from tensorflow.python.training import warm_starting_util
+
+        setattr(warm_starting_util, _WARM_START_GROUPS, _original_warm_start_groups)
+        _original_warm_start_groups = None
+
+
+def _without_loss_scales(original):
+    @functools.wraps(original)
+    def grouped_variables(vars_to_warm_start):
+        groups = original(vars_to_warm_start)
+        patterns = isinstance(vars_to_warm_start, list) and all(
+            isinstance(v, str) for v in vars_to_warm_start)
+        if not patterns:  # a string (trainable variables only), None, or variables named by the user
+            return groups
+        from . import step_signals
+        from .devices import log_once
+
+        graph = _tensorflow_v1().get_default_graph()
+        ours = {variable.op.name for signal in step_signals.step_signals(graph)
+                for variable in signal.loss_scale.variables()}
+        left_out = sorted(name for name in groups if name in ours)
+        if left_out:
+            log_once("tfamp_rewrite: the warm start leaves the loss scale's variables out (%s): mixed "
+                     "precision added them, so they start from their initial values"
+                     % ", ".join(left_out))
+        return {name: group for name, group in groups.items() if name not in ours}
+
+    return grouped_variables
 
 
 # -- environment --------------------------------------------------------------------------
@@ -234,3 +291,5 @@ def deactivate() -> None:
     set_doctor(None)
     disable_graph_rewrite()
     disable_loss_scaling()
+    with _lock:
+        _restore_warm_starts()
