@@ -63,6 +63,16 @@ def test_a_fall_of_2_to_the_8_is_diagnosed_once_and_the_floor_once_more():
     assert guard.episode.trajectory() == expected
 
 
+def test_an_applied_step_hands_back_the_episode_it_ended():
+    guard = SkipGuard(min_loss_scale=1.0, fall_log2=2)
+    assert guard.observe(2.0 ** 15, applied=True) is None
+    for scale in (2.0 ** 15, 2.0 ** 14, 2.0 ** 13):
+        assert guard.observe(scale, applied=False) is None
+    ended = guard.observe(2.0 ** 12, applied=True)
+    assert ended.skipped == 3 and guard.fell_far(ended, min(ended.scales))
+    assert guard.episode is None
+
+
 def test_after_a_heal_the_first_skip_is_diagnosed_at_once():
     guard = SkipGuard()
     guard.restart(after_heal=True)
@@ -170,19 +180,41 @@ def scale_net():
         parts["global_step"] = tf1.train.get_or_create_global_step()
         parts["train"] = opt.minimize(parts["loss"], global_step=parts["global_step"])
         parts["init"] = tf1.global_variables_initializer()
+        parts["scale"] = opt.loss_scale()
     parts["graph"] = graph
     return parts
 
 
 def test_a_model_whose_right_scale_is_low_skips_its_first_steps_without_a_diagnosis(caplog):
+    """No culprit, no heal; but the skips are said: the first at INFO, and once the scale has
+    settled, where it settled and how to start there."""
     parts = scale_net()
-    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=parts["graph"]) as session:
             session.run(parts["init"])
             train(parts, session, 16)
             applied = session.run(parts["global_step"])
+            settled = session.run(parts["scale"])
     assert 0 < applied < 16 - 8                              # more than 2**8 of fall, then applied
     assert culprit_messages(caplog) == [] and session.heals == []
+    said = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO, logging.WARNING]
+    assert "a training step was skipped" in said[0].getMessage() and "32768" in said[0].getMessage()
+    skipped = 16 - applied
+    assert "(%d skipped steps), then a step applied at %g" % (skipped, settled) in said[1].getMessage()
+    assert "DynamicLossScale(initial_loss_scale=%g)" % settled in said[1].getMessage()
+
+
+def test_a_scale_that_falls_a_few_steps_is_said_once_at_info_only(caplog):
+    parts = overflow_net(input_scale=2.0)   # finite logits; gradients overflow only at the top scales
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 12)
+            applied = session.run(parts["global_step"])
+    said = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert 12 - 8 < applied < 12                             # a few skips, then applied
+    assert [r.levelno for r in said] == [logging.INFO]
 
 
 def _state(session, parts):

@@ -14,6 +14,8 @@ at its floor, and training freezes.  The guard::
     a due episode is diagnosed on the next step (``diagnosis_due``); a diagnosis that names
     no culprit above the floor waits for the floor (gradients may overflow only because the
     scale is still too high), and one at the floor that names none says so, once.
+    ``observe`` hands back the episode an applied step ends: the session says once when a
+    long one (a fall of 2**fall_log2 or more) ended with no culprit -- the scale started too high.
 
 After a heal (``restart(after_heal=True)``) the first skipped step is diagnosed at once: a
 forward tensor the heal made float32 often hands a large value on to the next half node,
@@ -59,24 +61,31 @@ class SkipGuard:
         self._due = False
         self._after_heal = False
 
-    def observe(self, scale: float, applied: bool) -> None:
-        """Records one step: the scale it used and whether its update was applied."""
+    def observe(self, scale: float, applied: bool) -> Optional[Episode]:
+        """Records one step: the scale it used and whether its update was applied.  Returns
+        the episode an applied step ended, if any."""
         if applied:
+            ended = self.episode
             self.restart()
-            return
+            return ended
         if self.episode is None:
             self.episode = Episode(start_scale=float(scale))
         episode = self.episode
         episode.scales.append(float(scale))
         if episode.named:
-            return
+            return None
         if self._after_heal:
             self._after_heal, self._due = False, True
-            return
+            return None
         if scale <= self.min_loss_scale:
             self._due = self._due or not episode.diagnosed_at_floor
-        elif episode.start_scale / float(scale) >= 2.0 ** self.fall_log2:
+        elif self.fell_far(episode, scale):
             self._due = self._due or not episode.diagnosed_after_fall
+        return None
+
+    def fell_far(self, episode: Episode, scale: float) -> bool:
+        """True when ``scale`` is 2**fall_log2 or more below where ``episode`` started."""
+        return episode.start_scale / float(scale) >= 2.0 ** self.fall_log2
 
     @property
     def diagnosis_due(self) -> bool:

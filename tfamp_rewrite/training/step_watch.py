@@ -34,6 +34,7 @@ from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, StepDiagnosis
 from .step_signals import step_signals
+from .user_log import log_info
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
 HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
@@ -110,6 +111,8 @@ class StepWatch:
         self._computed: Dict[tuple, List[int]] = {}
         self._lock = threading.Lock()
         self._said_final = False
+        self._said_skip = False     # the first skipped step is said once (INFO)
+        self._said_settled = False  # a long episode ended without a culprit: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -193,7 +196,12 @@ class StepWatch:
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
             for i, (all_finite, scale) in extra_values["steps"].items():
-                self._guard(signals[i]).observe(float(scale), bool(all_finite))
+                guard = self._guard(signals[i])
+                ended = guard.observe(float(scale), bool(all_finite))
+                if not all_finite:
+                    self._say_first_skip(float(scale))
+                elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
+                    self._say_settled(ended, float(scale))
             if self.monitor is not None:
                 self._sample(extra_values, ids)
             if "probes" not in extra_values:
@@ -247,6 +255,26 @@ class StepWatch:
         _logger.warning("tfamp_rewrite: healed: %s now float32 (%d node(s) converted now); the loss "
                         "scale restarts from its initial value" % (
                             ", ".join(repr(n) for n in culprit.half_nodes), report.nodes_converted))
+
+    def _say_first_skip(self, scale: float) -> None:
+        if self._said_skip:
+            return
+        self._said_skip = True
+        log_info("tfamp_rewrite: a training step was skipped: its gradients were not all finite at "
+                 "loss scale %g, so no variable changed and the scale was lowered (dynamic loss "
+                 "scaling finding its level; said once)" % scale)
+
+    def _say_settled(self, episode, scale: float) -> None:
+        if self._said_settled:
+            return
+        self._said_settled = True
+        _logger.warning(
+            "tfamp_rewrite: training steps were skipped until the loss scale fell far enough: %s, "
+            "then a step applied at %g; no variable changed in the skipped steps. No tensor stayed "
+            "out of %s range at the lower scales, so nothing is kept float32: the gradients are "
+            "large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
+            "initial_loss_scale=%g)) starts where this run settled (said once)"
+            % (episode.trajectory(), scale, self.shadow.dtype, scale))
 
     def _nothing_found(self, guard: SkipGuard) -> None:
         _logger.warning(
