@@ -383,6 +383,26 @@ def test_sessions_follow_the_running_tensorflows_pass_and_say_so(cpu_target, mon
     assert "converted %d of " % session.rewrite_reports[0].nodes_converted in line
 
 
+def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target, caplog):
+    """Keras grows the graph at every fit, evaluate and predict: one line each would be noise."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        outputs = [tf.matmul(x, tf.ones([4, 4]))]
+    feed = {x: np.ones([2, 4], np.float32)}
+    with caplog.at_level(logging.DEBUG, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            for _ in range(4):
+                session.run(outputs[-1], feed)
+                with graph.as_default():
+                    outputs.append(tf.matmul(outputs[-1], tf.ones([4, 4])))
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if "session graph" in r.getMessage()]
+    assert [level for level, _ in lines] == [logging.INFO, logging.INFO, logging.DEBUG, logging.DEBUG]
+    assert "rewritten: converted" in lines[0][1]
+    assert "grew, rewritten again (later growth is rewritten without a line each)" in lines[1][1]
+    assert len(session.rewrite_reports) == 4
+
+
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_session_compat_argument_and_environment_override_the_default(cpu_target, monkeypatch, how):
     graph = _reciprocal_graph()

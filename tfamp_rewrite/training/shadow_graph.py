@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import logging
 import threading
 from typing import Dict, List, Set
 
@@ -39,7 +40,7 @@ from .devices import log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
-from .user_log import log_info
+from .user_log import LOGGER_NAME, log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 
@@ -70,6 +71,7 @@ class ShadowGraph:
         self._fetches: Dict[object, object] = {}  # user fetch leaf -> private element
         self._feeds: Dict[object, object] = {}    # user feed key -> private tensor
         self._lock = threading.RLock()
+        self._syncs = 0                      # imports logged by _synced
 
     # -- keeping in step --------------------------------------------------------------
     def sync(self) -> None:
@@ -179,10 +181,18 @@ class ShadowGraph:
         return result.graph_def
 
     def _synced(self, graph_def, result) -> None:
-        """Called after each import, with the user's graph and its rewrite: logs the rewrite."""
+        """Called after each import, with the user's graph and its rewrite: logs the first
+        rewrite and the first growth (Keras grows its graph at every fit, evaluate and
+        predict); later growth goes to DEBUG, and ``reports`` keeps every rewrite."""
         del graph_def
+        self._syncs += 1
+        if self._syncs > 2:
+            logging.getLogger(LOGGER_NAME).debug(
+                "tfamp_rewrite: session graph grew, rewritten again: %s", result.report.one_line())
+            return
         log_info("tfamp_rewrite: session graph %s: %s" % (
-            "rewritten" if len(self.reports) == 1 else "grew, rewritten again",
+            "rewritten" if self._syncs == 1 else
+            "grew, rewritten again (later growth is rewritten without a line each)",
             result.report.one_line()))
 
     def _import_additions(self, user_def, rewritten_def) -> None:
