@@ -297,7 +297,8 @@ class ShadowGraph:
     def fed_value(self, private_key, value):
         """``value`` as the private graph takes it: rounded to half where emulation holds the
         fed tensor in half (as a GPU's half tensor would hold it), else as it is."""
-        if not isinstance(private_key, tf.Tensor) or private_key.name not in self._round_when_fed:
+        if (not self._round_when_fed or not isinstance(private_key, tf.Tensor)
+                or private_key.name not in self._round_when_fed):
             return value
         half = tf.as_dtype(self.dtype).as_numpy_dtype
         return np.asarray(value, np.float32).astype(half).astype(np.float32)

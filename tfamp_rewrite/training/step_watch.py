@@ -121,6 +121,8 @@ class StepWatch:
         computes anyway -- or None when it computes no loss-scaled step."""
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
+            if not signals:  # no loss-scaled step in the graph (inference): nothing to watch
+                return None
             steps = self._step_fetches(signals, elements, fed)
             if not steps:
                 return None
