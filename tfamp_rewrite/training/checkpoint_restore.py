@@ -83,7 +83,9 @@ def restore_feeds(graph, fetches, evaluate: Callable) -> Optional[Dict]:
         f"precision's loss scaling. Restored the other {len(restored)} variable"
         f"{'' if len(restored) == 1 else 's'} from it; the "
         "loss scale starts from its initial state ("
-        + ", ".join(f"{variable} = {initial_values[variable]}" for _, variable in missing.values()) + ")."
+        + ", ".join(f"{variable} = {initial_values[variable]}" for _, variable in missing.values())
+        + "). A TensorFlow NOT_FOUND line logged for these keys came from the restore's first "
+        "try, which this answered."
     )
     return feeds
 
