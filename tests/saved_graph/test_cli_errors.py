@@ -35,11 +35,17 @@ def _bad_inputs(files, tmp_path):
     models.write_frozen(models.explain_graph(), str(text_as_binary), text=True)
     plain_directory = tmp_path / "plain"
     plain_directory.mkdir()
+    text = tmp_path / "whole.pbtxt"
+    models.write_frozen(models.explain_graph(), str(text), text=True)
+    truncated_text = tmp_path / "truncated.pbtxt"
+    truncated_text.write_bytes(text.read_bytes()[: text.stat().st_size * 2 // 3])
     return [
         ("missing_file", str(root / "nope.pb"), [], ["does not exist"]),
         ("not_a_graph", str(not_a_graph), [], ["is not a GraphDef", "SavedModel, pass its directory"]),
         ("truncated_protobuf", str(truncated), [],
          ["looks truncated", "parse failed at byte", "of %d" % truncated.stat().st_size, "export it again"]),
+        ("truncated_text", str(truncated_text), [],
+         ["looks truncated", "in its last line", "export it again"]),
         ("saved_model_named_pb", str(saved_model_as_pb), [], ["holds a binary SavedModel", "directory"]),
         ("graph_def_named_meta", str(graph_as_meta), [], ["holds a binary GraphDef", "Rename it to", ".pb"]),
         ("text_named_pb", str(text_as_binary), [], ["holds a text GraphDef, not the binary GraphDef",
@@ -125,6 +131,98 @@ def test_bad_side_outputs_are_refused_before_converting(files, tmp_path, capsys)
                             str(tmp_path / "missing" / "report.json"))
     _assert_one_line_error(code, err, ["--report", "does not exist"])
     assert not output.exists()
+
+
+def _copy_of(files, tmp_path, name):
+    """A copy of an input under ``tmp_path`` (the tests below must not touch the module's)."""
+    source = files["saved_model"] if name == "saved_model" else files["frozen"]
+    target = tmp_path / ("sm" if name == "saved_model" else "net.pb")
+    (shutil.copytree if name == "saved_model" else shutil.copy)(source, target)
+    return str(target)
+
+
+@pytest.mark.parametrize("command", ["convert", "explain"])
+@pytest.mark.parametrize("option,target", [("--report", "input"), ("--report", "inside the input"),
+                                           ("--dot", "input"), ("--report", "output"),
+                                           ("--dot", "output"), ("--dot", "the report")])
+def test_side_outputs_never_land_on_the_input_the_output_or_each_other(files, tmp_path, capsys, command,
+                                                                       option, target):
+    kind = "saved_model" if target == "inside the input" else "frozen"
+    source = _copy_of(files, tmp_path, kind)
+    output = str(tmp_path / ("converted" if kind == "saved_model" else "converted.pb"))
+    path = {"input": source, "inside the input": os.path.join(source, "saved_model.pb"),
+            "output": output, "the report": str(tmp_path / "report.json")}[target]
+    if command == "explain" and target in ("output",):
+        pytest.skip("explain writes no OUTPUT")
+    arguments = [command, source] + ([output] if command == "convert" else []) + [option, path]
+    if target == "the report":
+        arguments += ["--report", path]
+    before, listing = digest(source), sorted(os.listdir(tmp_path))
+    code, _, err = run_main(capsys, *arguments)
+    words = {"input": ["would write over the INPUT"], "inside the input": ["would write over the INPUT"],
+             "output": ["would write over OUTPUT"], "the report": ["would write over --"]}[target]
+    _assert_one_line_error(code, err, words)
+    assert digest(source) == before
+    assert sorted(os.listdir(tmp_path)) == listing
+
+
+def test_an_output_holding_the_input_is_refused(files, tmp_path, capsys):
+    models_dir = tmp_path / "models"
+    models_dir.mkdir()
+    source = shutil.copytree(files["saved_model"], models_dir / "sm")
+    (models_dir / "NOTES.txt").write_text("keep me")
+    code, _, err = run_main(capsys, "convert", str(source), str(models_dir), "--overwrite")
+    _assert_one_line_error(code, err, ["holds the INPUT", "outside it"])
+    assert (models_dir / "NOTES.txt").read_text() == "keep me" and (source / "saved_model.pb").exists()
+
+
+def test_overwrite_replaces_only_a_saved_model_directory(files, tmp_path, capsys):
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print('mine')\n")
+    code, _, err = run_main(capsys, "convert", files["saved_model"], str(project), "--overwrite")
+    _assert_one_line_error(code, err, ["holds no SavedModel", "--overwrite only replaces a SavedModel"])
+    assert (project / "src" / "main.py").read_text() == "print('mine')\n"
+
+
+def _frozen_with(tmp_path, edit):
+    """A small frozen graph ``x -> MatMul -> y`` after ``edit(graph_def)``, written to a .pb."""
+    import numpy as np
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        tf.identity(tf.matmul(x, tf.constant(np.ones([4, 2], np.float32)), name="mm"), name="y")
+    graph_def = graph.as_graph_def()
+    edit(graph_def)
+    path = tmp_path / "edited.pb"
+    path.write_bytes(graph_def.SerializeToString())
+    return str(path)
+
+
+def _set(graph_def, name, **fields):
+    node = next(node for node in graph_def.node if node.name == name)
+    for key, value in fields.items():
+        setattr(node, key, value)
+
+
+@pytest.mark.parametrize("case", ["device_missing_here", "op_not_registered"])
+def test_validation_says_what_tensorflow_said(tmp_path, capsys, case):
+    """A graph this process cannot load or run is the user's input, not an internal error: one
+    line with TensorFlow's own reason (not TensorFlow 2's "Graph execution error:" header)."""
+    edit = {"device_missing_here": lambda g: _set(g, "mm", device="/device:CPU:9"),
+            "op_not_registered": lambda g: _set(g, "y", op="MyCustomActivation")}[case]
+    source = _frozen_with(tmp_path, edit)
+    code, _, err = run_main(capsys, "convert", source, str(tmp_path / "out.pb"), "--validate",
+                            "--outputs", "y")
+    words = {"device_missing_here": ["the original graph failed to run", "Cannot assign a device",
+                                     "drop --validate"],
+             "op_not_registered": ["does not load for validation here",
+                                   "Op type not registered 'MyCustomActivation'", "drop --validate"]}[case]
+    _assert_one_line_error(code, err, words)
+    assert "internal error" not in err and "Graph execution error" not in err and "--target cpu" not in err
+    assert not (tmp_path / "out.pb").exists()
 
 
 def test_argument_errors_are_one_line(files, tmp_path, capsys):

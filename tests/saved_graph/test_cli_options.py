@@ -172,7 +172,7 @@ def test_converted_graph_is_refused_unless_forced(frozen, tmp_path, capsys):
 def test_overwrite_replaces_a_saved_model_directory(tmp_path, capsys):
     source = models.saved_model(str(tmp_path))
     output = tmp_path / "out"
-    output.mkdir()
+    shutil.copytree(source, output)  # an earlier conversion, say
     (output / "stale.txt").write_text("old")
     code, _, err = run_main(capsys, "convert", source, str(output), "--overwrite")
     assert code == 0, err
@@ -210,3 +210,37 @@ def test_clamp_and_keep_float32_rules_for_out_of_range_constants(tmp_path, capsy
     stored = np.array(big.attr["value"].tensor.half_val, np.uint16).view(np.float16)
     assert stored.tolist() == [65504.0]
     assert "warning: constant 'big' does not fit float16" in out and "clamped" in out
+
+
+def test_outputs_get_the_mode_new_files_get_under_the_umask(frozen, tmp_path, capsys):
+    """Outputs are staged in private temporary files: renamed into place, they must be
+    readable as any new file would be (a serving process often runs as another user)."""
+    previous = os.umask(0o022)
+    try:
+        report = tmp_path / "r.json"
+        _convert(capsys, frozen, tmp_path / "out.pb", "--report", str(report))
+        saved = models.saved_model(str(tmp_path / "in"))
+        code, _, err = run_main(capsys, "convert", saved, str(tmp_path / "sm"))
+        assert code == 0, err
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "out.pb").stat().st_mode & 0o777 == 0o644
+    assert report.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "sm").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_text_output_is_labelled_text(frozen, tmp_path, capsys):
+    code, out, err = run_main(capsys, "convert", frozen, str(tmp_path / "out.pbtxt"))
+    assert code == 0, err
+    assert "wrote %s: GraphDef (text)" % (tmp_path / "out.pbtxt") in out
+    assert (tmp_path / "out.pbtxt").read_text().startswith("node {")
+
+
+def test_validation_inputs_of_the_wrong_shape_are_a_one_line_user_error(frozen, tmp_path, capsys):
+    images = np.zeros([2, 3, 3, 1], np.float32)  # the net takes [None, 8, 8, 3]
+    np.savez(str(tmp_path / "in.npz"), images=images)
+    code, _, err = run_main(capsys, "convert", frozen, str(tmp_path / "out.pb"), "--validate",
+                            "--input-data", str(tmp_path / "in.npz"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "takes shape" in err and "[2, 3, 3, 1]" in err and "internal error" not in err
+    assert not (tmp_path / "out.pb").exists()

@@ -50,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Convert a saved graph to mixed precision with the same pass as the runtime "
         "rewrite. INPUT is a frozen GraphDef (.pb binary, .pbtxt text), a MetaGraph (.meta) or a "
         "SavedModel directory; OUTPUT is written in the same format, atomically.",
-        epilog="Exit status: 0 converted, 1 validation beyond tolerance (nothing written), "
-        "2 bad input or arguments (nothing written). Environment: " + _LIST_ENV + ".")
+        epilog="Exit status: 0 converted, 1 validation beyond tolerance (OUTPUT not written; "
+        "--report and --dot are, with the comparison), 2 bad input or arguments (nothing "
+        "written). Environment: " + _LIST_ENV + ".")
     convert_parser.add_argument("input", metavar="INPUT", help="frozen .pb/.pbtxt, .meta or SavedModel dir")
     convert_parser.add_argument("output", metavar="OUTPUT", help="where to write the converted graph")
     _add_graph_options(convert_parser)
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = convert_parser.add_argument_group("validation")
     group.add_argument("--validate", action="store_true",
                        help="run original and converted graph on the same inputs; print max abs/rel "
-                       "error and top-1 agreement; fail (exit 1, nothing written) beyond --rtol/--atol")
+                       "error and top-1 agreement; fail (exit 1, OUTPUT not written) beyond --rtol/--atol")
     group.add_argument("--input-data", metavar="FILE.npz",
                        help="inputs for --validate, one array per input (signature key, tensor or "
                        "node name); default: random with --seed")
@@ -238,13 +239,18 @@ def _names(values: List[str]) -> List[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
-def _check_side_outputs(args) -> None:
-    from .writer import check_writable_directory
+def _check_side_outputs(args, saved) -> None:
+    """--report and --dot (and the PNG beside a .dot) write where nothing else is read or
+    written: not over the input, OUTPUT or each other."""
+    from .dot import side_paths
+    from .writer import check_side_output
 
+    taken = {getattr(args, "output", None): "OUTPUT"} if getattr(args, "output", None) else {}
     for option in ("report", "dot"):
         path = getattr(args, option)
-        if path:
-            check_writable_directory(path, "--" + option)
+        for each in ([path] if option == "report" else side_paths(path)) if path else []:
+            check_side_output(each, "--" + option, saved, taken)
+            taken[each] = "--" + option
     if args.radius < 0:
         raise ConversionError("--radius %d is negative" % args.radius, "Pass 0 or more")
 
@@ -280,7 +286,7 @@ def _run_convert(args) -> int:
                               "Add --dot FILE; for its reasons run: tfamp-rewrite explain INPUT --node NAME")
     saved = read_saved_graph(args.input, args.tag_set)
     check_output(saved, args.output, args.overwrite)
-    _check_side_outputs(args)
+    _check_side_outputs(args, saved)
     options = _options(args)
     prepared = prepare(saved, options)
     checker = None
@@ -317,7 +323,7 @@ def _run_convert(args) -> int:
                              PROG, report.validation.rtol, report.validation.atol, args.output))
         return 1
     print("wrote %s: %s, %.1f MB (%.2fx the input's %.1f MB), converted in %.2f s" % (
-        args.output, saved.describe(), report.output_bytes / 1e6,
+        args.output, saved.describe(output=args.output), report.output_bytes / 1e6,
         report.output_bytes / max(report.input_bytes, 1), report.input_bytes / 1e6, report.seconds))
     return 0
 
@@ -334,7 +340,7 @@ def _run_explain(args) -> int:
     from .formats import read_saved_graph
 
     saved = read_saved_graph(args.input, args.tag_set)
-    _check_side_outputs(args)
+    _check_side_outputs(args, saved)
     conversion = convert(saved, _options(args))
     chain = reason_chain(conversion.report.rewrite, args.node) if args.node else None
     _write_side_outputs(args, conversion)

@@ -26,7 +26,7 @@ from ..errors import ConversionError
 from ..graph_rewrite.graph_view import parse_input
 from ..graph_rewrite.report import RewriteReport
 from .explain import reason_chain
-from .writer import write_file_atomically
+from .writer import new_file_mode, write_file_atomically
 
 _TYPE_ATTRS = ("T", "dtype", "DstT")
 _COLOURS = {"half": "#b6d7a8", "cast": "#ffe599", "deny": "#ea9999", "blocked": "#f4cccc",
@@ -118,6 +118,13 @@ def _neighbourhood(graph_def, focus: str, radius: int) -> Set[str]:
     return set(seen)
 
 
+def side_paths(path: str) -> List[str]:
+    """Every path ``write_dot(text, path)`` may write: the DOT file, and the PNG beside it."""
+    if path.lower().endswith(".png"):
+        return [path]
+    return [path, os.path.splitext(path)[0] + ".png"]
+
+
 def write_dot(text: str, path: str) -> List[str]:
     """Writes the DOT (and a PNG when ``dot`` is installed); returns the paths written."""
     wants_png = path.lower().endswith(".png")
@@ -144,6 +151,7 @@ def _render(renderer: str, text: str, png_path: str) -> None:
     try:
         subprocess.run([renderer, "-Tpng", "-o", temporary], input=text.encode("utf-8"),
                        check=True, capture_output=True, timeout=300)
+        os.chmod(temporary, new_file_mode(directory=False))
         os.replace(temporary, png_path)
     except (subprocess.SubprocessError, OSError) as error:
         raise ConversionError("Graphviz could not render %s (%s)" % (png_path, error),

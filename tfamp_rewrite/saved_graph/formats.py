@@ -69,10 +69,15 @@ class SavedGraph:
             return os.path.getsize(self.graph_file)
         return directory_size(self.path)
 
-    def describe(self) -> str:
+    def describe(self, output: Optional[str] = None) -> str:
+        """What this saved graph is, or (``output``) what its conversion written there is: a
+        GraphDef takes its output's format from the extension."""
         if self.kind == SAVEDMODEL:
             return "SavedModel (tags %s)" % ",".join(self.tags)
-        return "%s (%s)" % (self.kind, "text" if self.text else "binary")
+        text = self.text
+        if output is not None and self.kind == GRAPHDEF:
+            text = output.lower().endswith(".pbtxt")
+        return "%s (%s)" % (self.kind, "text" if text else "binary")
 
 
 def directory_size(path: str) -> int:
@@ -193,7 +198,7 @@ def _parse(data: bytes, kind: str, text: bool):
         except UnicodeDecodeError as error:
             return None, "not UTF-8 text: byte %d" % error.start
         except text_format.ParseError as error:
-            return None, "text format parse failed: %s" % error
+            return None, _text_parse_problem(error, data)
     else:
         try:
             message.ParseFromString(data)
@@ -239,6 +244,18 @@ def implausible_graph(graph_def) -> Optional[str]:
                 return ("node %r has input %r but there is no node %r: the file looks truncated "
                         "or incomplete" % (node.name, text, source))
     return None
+
+
+def _text_parse_problem(error, data: bytes) -> str:
+    """Where text-format parsing stopped, shortly: its message quotes the offending line,
+    which for a Const is the whole of its tensor_content."""
+    line = getattr(error, "GetLine", lambda: None)()
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if line is not None and line >= lines:
+        return "it looks truncated: text format parse failed in its last line (%d)" % line
+    detail = str(error).split(" : ", 1)[-1]
+    detail = detail if len(detail) <= 120 else detail[:117] + "..."
+    return "text format parse failed%s: %s" % ("" if line is None else " at line %d" % line, detail)
 
 
 def first_bad_byte(data: bytes) -> Tuple[Optional[int], bool]:

@@ -240,8 +240,34 @@ def loaded_graph(saved: SavedGraph, path: str, text: bool, io: GraphIO, initial_
     import tensorflow as tf
 
     graph = tf.compat.v1.Graph()
+    which = "converted" if path != saved.path else "original"
     with graph.as_default(), plain_session(graph) as session:
-        yield session, _load(saved, path, text, session, io, initial_values)
+        try:
+            tensors = _load(saved, path, text, session, io, initial_values)
+        except (tf.compat.v1.errors.OpError, ValueError) as error:
+            raise ConversionError("the %s graph does not load for validation here: %s" % (
+                which, op_error_text(error)),
+                "Validation loads it with this process's TensorFlow and its ops; drop --validate") from None
+        yield session, tensors
+
+
+def _deprecation_notices_silenced():
+    from tensorflow.python.util import deprecation
+
+    silence = getattr(deprecation, "silence", None)
+    return silence() if silence is not None else contextlib.nullcontext()
+
+
+def op_error_text(error) -> str:
+    """The line of a TensorFlow error that says what went wrong, shortened: TensorFlow 2's
+    messages open with "Graph execution error:" and the Python trace of the failing node."""
+    message = getattr(error, "message", None) or str(error)
+    lines = [line.strip() for line in message.splitlines()
+             if line.strip() and not line.startswith((" ", "\t"))]
+    told = [line for line in lines
+            if not line.startswith(("Graph execution error", "Detected at node", "Node: "))]
+    text = (told or lines or [type(error).__name__])[0]
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def input_feed(session, tensors: Dict[str, List[str]], values) -> dict:
@@ -257,8 +283,15 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
     """Loads the graph at ``path`` as ``saved.kind``; returns (outputs, best seconds)."""
     import tensorflow as tf
 
+    which = "converted" if path != saved.path else "original"
     with loaded_graph(saved, path, text, io, initial_values) as (session, tensors):
         feed_dict = input_feed(session, tensors, feeds)
+        for name, value in feed_dict.items():
+            wanted = session.graph.get_tensor_by_name(name).shape
+            if not wanted.is_compatible_with(value.shape):
+                raise ConversionError("input %s takes shape %s; the validation inputs have %s" % (
+                    name, wanted, list(value.shape)),
+                    "Give --input-data arrays of that shape (or --batch-size for random inputs)")
         fetches = tensors["outputs"]
         try:
             outputs = session.run(fetches, feed_dict)
@@ -268,10 +301,12 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
                 session.run(fetches, feed_dict)
                 best = min(best, time.perf_counter() - start)
         except tf.compat.v1.errors.OpError as error:
-            raise ConversionError("the %s graph failed to run: %s" % (
-                "converted" if path != saved.path else "original", error.message.splitlines()[0]),
-                "Validation runs on this machine's CPU; drop --validate, or try --target cpu "
-                "(kernels this CPU build lacks are then avoided)") from None
+            fix = ("Validation runs it in this process, on this machine's CPU: drop --validate"
+                   if which == "original" else
+                   "Validation runs on this machine's CPU; drop --validate, or convert with --target cpu "
+                   "(its half nodes then use kernels CPUs have)")
+            raise ConversionError("the %s graph failed to run: %s" % (which, op_error_text(error)),
+                                  fix) from None
     # bfloat16 outputs come back as a numpy extension type: compare them as float32
     outputs = [np.asarray(value) for value in outputs]
     return [value.astype(np.float32) if value.dtype.name == "bfloat16" else value for value in outputs], best
@@ -290,7 +325,8 @@ def _load(saved: SavedGraph, path: str, text: bool, session, io: GraphIO,
         saver = tf.compat.v1.train.import_meta_graph(path)
         _restore_variables(saved, session, saver, initial_values)
     else:
-        meta = tf.compat.v1.saved_model.loader.load(session, list(saved.tags), path)
+        with _deprecation_notices_silenced():  # TF 2's loader logs three lines on stderr
+            meta = tf.compat.v1.saved_model.loader.load(session, list(saved.tags), path)
         signature = meta.signature_def[io.signature]
         return {"inputs": [signature.inputs[t.key].name for t in io.inputs],
                 "outputs": [signature.outputs[t.key].name for t in io.outputs]}

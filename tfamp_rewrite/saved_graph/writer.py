@@ -1,10 +1,13 @@
 """Writing converted saved graphs: atomically, and never over the input.
 
-``check_output`` refuses a bad OUTPUT before any work is done (it is the input, exists
-without ``--overwrite``, has the wrong extension, its directory is missing or read-only).
-``stage_output`` writes the complete result into a temporary file or directory in
-OUTPUT's directory; ``Staged.commit()`` renames it into place (``os.replace`` for files;
-for a directory with ``--overwrite``: old -> backup, new -> OUTPUT, backup removed) and
+``check_output`` refuses a bad OUTPUT before any work is done (it is the input, lies
+inside it or holds it, exists without ``--overwrite`` or is a directory that is no
+SavedModel, has the wrong extension, its directory is missing or read-only);
+``check_side_output`` refuses a ``--report``/``--dot`` path that would land on the input,
+the OUTPUT or another side output.  ``stage_output`` writes the complete result into a
+temporary file or directory in OUTPUT's directory; ``Staged.commit()`` gives it the mode a
+new file gets under the umask and renames it into place (``os.replace`` for files; for a
+directory with ``--overwrite``: old -> backup, new -> OUTPUT, backup removed) and
 ``Staged.discard()`` removes it, so an error leaves no partial output.
 """
 from __future__ import annotations
@@ -22,12 +25,20 @@ from ..errors import ConversionError
 from .formats import GRAPH_EXTENSIONS, GRAPHDEF, METAGRAPH, SAVEDMODEL, SavedGraph
 
 
+def _within(path: str, other: str) -> bool:
+    """True if ``path`` is ``other`` or lies inside it (links resolved)."""
+    path, other = os.path.realpath(path), os.path.realpath(other)
+    return path == other or path.startswith(other.rstrip(os.sep) + os.sep)
+
+
 def check_output(saved: SavedGraph, output: str, overwrite: bool) -> None:
     """Raises ConversionError if ``output`` cannot receive the converted ``saved``."""
-    source, target = os.path.realpath(saved.path), os.path.realpath(output)
-    if target == source or target.startswith(source + os.sep):
+    if _within(output, saved.path):
         raise ConversionError("OUTPUT %s is (inside) the INPUT" % output,
                               "Choose another OUTPUT path; the input is never modified")
+    if _within(saved.path, output):
+        raise ConversionError("OUTPUT %s holds the INPUT %s" % (output, saved.path),
+                              "Choose an OUTPUT path outside it; the input is never modified")
     extension = os.path.splitext(output)[1].lower()
     if saved.kind == SAVEDMODEL and extension in GRAPH_EXTENSIONS:
         raise ConversionError("OUTPUT %s has a %s extension but INPUT is a SavedModel" % (output, extension),
@@ -45,7 +56,29 @@ def check_output(saved: SavedGraph, output: str, overwrite: bool) -> None:
             raise ConversionError("OUTPUT %s is a %s" % (output, "file" if wants_directory else "directory"),
                                   "Choose another path; --overwrite only replaces a %s" % (
                                       "SavedModel directory" if wants_directory else "file"))
+        if wants_directory and not _is_saved_model(output):
+            raise ConversionError("OUTPUT %s is a directory that holds no SavedModel" % output,
+                                  "Choose another path; --overwrite only replaces a SavedModel directory")
     check_writable_directory(output, "OUTPUT")
+
+
+def _is_saved_model(directory: str) -> bool:
+    return any(os.path.isfile(os.path.join(directory, name))
+               for name in ("saved_model.pb", "saved_model.pbtxt"))
+
+
+def check_side_output(path: str, role: str, saved: SavedGraph, taken) -> None:
+    """Raises ConversionError if side output ``path`` (``role``: --report, --dot) would write
+    over or into the input, or a path in ``taken`` ({path: its role}: OUTPUT, another side
+    output), or is not writable."""
+    if _within(path, saved.path) or _within(saved.path, path):
+        raise ConversionError("%s %s would write over the INPUT %s" % (role, path, saved.path),
+                              "Choose another %s path; the input is never modified" % role)
+    for other, other_role in taken.items():
+        if _within(path, other) or _within(other, path):
+            raise ConversionError("%s %s would write over %s %s" % (role, path, other_role, other),
+                                  "Give %s a path of its own" % role)
+    check_writable_directory(path, role)
 
 
 def check_writable_directory(path: str, role: str) -> None:
@@ -73,6 +106,7 @@ class Staged:
         self.is_directory = is_directory
 
     def commit(self) -> None:
+        os.chmod(self.temporary, new_file_mode(self.is_directory))
         if not self.is_directory:
             os.replace(self.temporary, self.destination)
             return
@@ -146,6 +180,14 @@ def _complete_op_list(meta_graph) -> None:
             added.CopyFrom(op_def)
             added.ClearField("summary")
             added.ClearField("description")
+
+
+def new_file_mode(directory: bool) -> int:
+    """The mode ``open()`` or ``mkdir`` would give a new file or directory under this umask
+    (a temporary one is private, 0600/0700, until it is renamed into place)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
 
 
 def _temporary_path(destination: str, directory: bool) -> str:
