@@ -238,11 +238,22 @@ class StepWatch:
         heal = Heal(nodes=list(culprit.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
                     trajectory=trajectory, env=culprit.fix.env)
-        can_heal = self.auto_fix and len(self.heals) < self.max_heals
-        _logger.warning(_culprit_message(culprit, trajectory, self.shadow.dtype, can_heal,
-                                         len(self.heals) + 1, self.max_heals, self.auto_fix))
+        collective = _runs_collectives(self.shadow.user_graph)
+        can_heal = self.auto_fix and not collective and len(self.heals) < self.max_heals
+        if not self.auto_fix:
+            then = "healing is off (%s=0): the steps keep being skipped" % AUTO_FIX_ENV
+        elif collective:
+            then = ("healing is off in a Horovod job: a heal renames this rank's graph, and ranks "
+                    "running different graphs wait on each other for ever, so set it on every rank "
+                    "and restart")
+        elif can_heal:
+            then = "healing: this session keeps it float32 from now on (heal %d of at most %d)" % (
+                len(self.heals) + 1, self.max_heals)
+        else:
+            then = "no more heals in this session"
+        _logger.warning(_culprit_message(culprit, trajectory, self.shadow.dtype, then))
         if not can_heal:
-            if self.auto_fix and not self._said_final:
+            if self.auto_fix and not collective and not self._said_final:
                 self._said_final = True
                 _logger.warning("tfamp_rewrite: %d heals already in this session (the limit); it "
                                 "changes nothing more -- apply the edits above and restart"
@@ -282,8 +293,10 @@ class StepWatch:
         _logger.warning(
             "tfamp_rewrite: every step is skipped (loss scale %s) and no half tensor the step "
             "computes holds inf/nan or values beyond %s: the culprit may sit inside a while loop "
-            "or cond, which cannot be probed, or be float32 already; run tfamp-rewrite doctor "
-            "on the program" % (guard.episode.trajectory(), self.shadow.dtype))
+            "or cond, which cannot be probed, or be float32 already%s; run tfamp-rewrite doctor "
+            "on the program" % (guard.episode.trajectory(), self.shadow.dtype,
+                                ", or on another rank of this Horovod job, which names it"
+                                if _runs_collectives(self.shadow.user_graph) else ""))
 
     def _write_heal_file(self) -> None:
         """Writes the kept nodes and the heals to ``heal_file``: a new file renamed into place."""
@@ -302,13 +315,14 @@ class StepWatch:
                             % (HEAL_FILE_ENV, self.heal_file, error.strerror))
 
 
-def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, healing: bool, number: int,
-                     limit: int, auto_fix: bool) -> str:
+def _runs_collectives(graph) -> bool:
+    """True if ``graph`` holds Horovod's collective ops: every rank must run the same graph."""
+    return any(op.type.startswith("Horovod") for op in graph.get_operations())
+
+
+def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, then: str) -> str:
     largest = "inf/nan" if culprit.max_abs == float("inf") else "%.4g" % culprit.max_abs
     role = "forward value" if culprit.role == "forward" else culprit.role.replace("_", " ")
-    then = ("healing: this session keeps it float32 from now on (heal %d of at most %d)" % (number, limit)
-            if healing else "healing is off (%s=0): the steps keep being skipped" % AUTO_FIX_ENV
-            if not auto_fix else "no more heals in this session")
     return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s "
             "(%s %r, largest |x| %s), which does not fit %s whatever the loss scale. Keep it "
             "float32 with %s (or nodes_to_exclude=%s); %s." % (
