@@ -314,3 +314,39 @@ def test_the_monitor_writes_tensorboard_scalars_every_nth_step(tmp_path, monkeyp
     assert scalars["tfamp/loss_scale"][0][1] == 2.0 ** 12                           # the 4th step's
     assert scalars["tfamp/overflow_share/logits"][0][1] > 0                         # inf in half
     assert any(tag.startswith("tfamp/flush_share/") for tag in scalars)
+
+
+@pytest.mark.parametrize("auto_fix", ["1", "0"])
+def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(monkeypatch, caplog,
+                                                                                auto_fix):
+    """Every Estimator adds NanTensorHook(loss): a float16 forward overflow makes the loss NaN
+    from the first step, long before the heal.  The hook lets NaN losses of skipped steps pass
+    while the session can still act, and stops training as usual once it cannot."""
+    from tfamp_rewrite.training import activation
+
+    monkeypatch.setenv(step_watch.AUTO_FIX_ENV, auto_fix)
+    parts = overflow_net()
+    with parts["graph"].as_default():
+        hooks = [tf1.train.NanTensorHook(parts["loss"])]
+    activation.enable_graph_rewrite()
+    losses = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            with parts["graph"].as_default(), tf1.train.MonitoredTrainingSession(hooks=hooks) as session:
+                for _ in range(30):
+                    losses.append(session.run([parts["train"], parts["loss"]], parts["feed"])[1])
+        stopped = None
+    except tf1.train.NanLossDuringTrainingError as error:
+        stopped = error
+    finally:
+        activation.deactivate()
+    said = [r.getMessage() for r in caplog.records if "NanTensorHook" in r.getMessage()]
+    assert len(said) == 1 and "no variable changed" in said[0]
+    assert not np.isfinite(losses[0])
+    if auto_fix == "1":
+        assert stopped is None and len(losses) == 30 and np.isfinite(losses[-1])
+        assert any("healed:" in r.getMessage() for r in caplog.records)
+    else:  # named, cannot heal: the hook stops training at that step
+        assert stopped is not None and 5 < len(losses) < 30
+        (message,) = culprit_messages(caplog)
+        assert "healing is off" in message

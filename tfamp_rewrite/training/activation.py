@@ -16,6 +16,11 @@
   explicitly is scaled once, by that wrapper; an optimizer that already scales its loss
   natively (NVIDIA's builds) is left to do so.
 
+* NaN-loss hooks: while either is on, ``NanTensorHook`` (every Estimator adds one) lets a
+  NaN loss pass, saying so once, when the same run's loss-scaled step was skipped and the
+  session's step watch is still working on it (step_watch.py): no variable changed, and a
+  float16 forward overflow is healed a few steps later.  Once the watch can do no more, the
+  hook stops training as TensorFlow's does.
 * Warm starts: while either is on, ``tf.compat.v1.train.warm_start`` (and an Estimator's
   ``WarmStartSettings``) given a list of patterns, which match every global variable,
   leaves the loss scale's variables out, and says so once: mixed precision added them,
@@ -63,6 +68,7 @@ _graph_rewrite = False
 _loss_scaling = False
 _doctor = None  # the precision doctor's run, while sessions probe instead of rewriting
 _original_warm_start_groups = None  # TensorFlow's, while ours replaces it
+_original_nan_hook_after_run = None  # TensorFlow's NanTensorHook.after_run, while ours replaces it
 
 
 def _tensorflow_v1():
@@ -87,6 +93,7 @@ def enable_graph_rewrite() -> None:
             if not _is_ours(original.__dict__.get("__new__")):
                 original.__new__ = _constructing(original)
         _leave_loss_scales_out_of_warm_starts()
+        _let_nan_hooks_wait_for_skipped_steps()
         _graph_rewrite = True
 
 
@@ -159,6 +166,7 @@ def enable_loss_scaling() -> None:
             if optimizer.__dict__[name] is method:
                 setattr(optimizer, name, _with_auto_loss_scaling(name, method))
         _leave_loss_scales_out_of_warm_starts()
+        _let_nan_hooks_wait_for_skipped_steps()
         _loss_scaling = True
 
 
@@ -248,6 +256,45 @@ def _without_loss_scales(original):
     return grouped_variables
 
 
+# -- NaN-loss hooks -------------------------------------------------------------------------
+def _let_nan_hooks_wait_for_skipped_steps() -> None:
+    """Replaces ``NanTensorHook.after_run`` (see the module docstring).  Called with ``_lock``."""
+    global _original_nan_hook_after_run
+    hook = _tensorflow_v1().train.NanTensorHook
+    if _original_nan_hook_after_run is not None:
+        return
+    _original_nan_hook_after_run = hook.__dict__["after_run"]
+    hook.after_run = _waiting_for_skipped_steps(_original_nan_hook_after_run)
+
+
+def _restore_nan_hooks() -> None:
+    global _original_nan_hook_after_run
+    if _original_nan_hook_after_run is not None:
+        _tensorflow_v1().train.NanTensorHook.after_run = _original_nan_hook_after_run
+        _original_nan_hook_after_run = None
+
+
+def _waiting_for_skipped_steps(original):
+    @functools.wraps(original)
+    def after_run(self, run_context, run_values):
+        from . import step_watch
+
+        if step_watch.last_run_skipped_while_recovering():
+            import numpy as np
+
+            if np.isnan(run_values.results):
+                from .devices import log_once
+
+                log_once("tfamp_rewrite: NanTensorHook: the loss was NaN in a step the loss scaling "
+                         "skipped, so no variable changed; training goes on while the session finds "
+                         "the cause (a float16 overflow is named and healed within a few steps), and "
+                         "the hook stops it as usual if the session cannot")
+            return None
+        return original(self, run_context, run_values)
+
+    return after_run
+
+
 # -- environment --------------------------------------------------------------------------
 def _env_bool(environ: Mapping[str, str], name: str) -> bool:
     value = environ.get(name, "").strip().lower()
@@ -293,3 +340,4 @@ def deactivate() -> None:
     disable_loss_scaling()
     with _lock:
         _restore_warm_starts()
+        _restore_nan_hooks()

@@ -36,6 +36,17 @@ from .step_diagnosis import Culprit, StepDiagnosis
 from .step_signals import step_signals
 from .user_log import log_info
 
+# Per thread: whether the last run skipped a loss-scaled step the watch is still working on.
+_last_run = threading.local()
+
+
+def last_run_skipped_while_recovering() -> bool:
+    """True if this thread's last session run skipped a loss-scaled step while the watch can
+    still act on it (the scale can fall further, or a culprit can be healed): a NaN loss in
+    that run changed no variable and need not end training (activation.py's NanTensorHook)."""
+    return getattr(_last_run, "recovering", False)
+
+
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
 HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
 DEFAULT_MAX_HEALS = 8
@@ -119,6 +130,7 @@ class StepWatch:
         """``(fetches, probe ids)``: what a run of ``elements`` (private graph) fetches besides
         -- the steps it computes (flag and scale each), and on a diagnosed step the probes it
         computes anyway -- or None when it computes no loss-scaled step."""
+        _last_run.recovering = False
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
             if not signals:  # no loss-scaled step in the graph (inference): nothing to watch
@@ -142,6 +154,7 @@ class StepWatch:
         """The steps part alone of ``extra_fetches`` (``{signal index: (flag, scale)}``, or
         None): for a callable, whose fetches are fixed when it is made.  Its runs are
         observed (``after_run`` with ``{"steps": values}``), never probed or healed."""
+        _last_run.recovering = False
         with self._lock:
             return self._step_fetches(step_signals(self.shadow.user_graph), elements, fed) or None
 
@@ -206,20 +219,37 @@ class StepWatch:
                     self._say_settled(ended, float(scale))
             if self.monitor is not None:
                 self._sample(extra_values, ids)
-            if "probes" not in extra_values:
+            if "probes" in extra_values:
+                self._diagnose(extra_values, ids, signals, reset_loss_scales)
+            skipped = [i for i, (finite, _) in extra_values["steps"].items() if not finite]
+            _last_run.recovering = bool(skipped) and all(self._can_recover(self._guard(signals[i]))
+                                                         for i in skipped)
+
+    def _diagnose(self, extra_values: dict, ids, signals, reset_loss_scales) -> None:
+        """Names (and heals) a culprit the run's probes show, for each guard that asked."""
+        counts, extrema = extra_values["probes"]
+        for i, (_, scale) in extra_values["steps"].items():
+            guard = self._guard(signals[i])
+            if not guard.diagnosis_due:
+                continue
+            culprit = self._diagnosis_now().culprit(ids, counts, extrema, float(scale), guard.at_floor)
+            guard.diagnosed(named=culprit is not None)
+            if culprit is not None:
+                self._named(culprit, guard, signals, reset_loss_scales)
                 return
-            counts, extrema = extra_values["probes"]
-            for i, (_, scale) in extra_values["steps"].items():
-                guard = self._guard(signals[i])
-                if not guard.diagnosis_due:
-                    continue
-                culprit = self._diagnosis_now().culprit(ids, counts, extrema, float(scale), guard.at_floor)
-                guard.diagnosed(named=culprit is not None)
-                if culprit is not None:
-                    self._named(culprit, guard, signals, reset_loss_scales)
-                    return
-                if guard.at_floor:
-                    self._nothing_found(guard)
+            if guard.at_floor:
+                self._nothing_found(guard)
+
+    @staticmethod
+    def _can_recover(guard: SkipGuard) -> bool:
+        """Whether the watch may still end the episode of a step ``guard`` saw skipped: the
+        scale can fall further, a diagnosis is to come, or a heal just restarted it."""
+        episode = guard.episode
+        if episode is None:  # a heal in this run restarted the scale
+            return True
+        if episode.named:    # a culprit it could not heal (healing off, Horovod, the limit)
+            return False
+        return not (guard.at_floor and episode.diagnosed_at_floor)
 
     def _sample(self, extra_values: dict, ids) -> None:
         """Counts the step for the monitor and writes its scalars when it is a sampled one."""
@@ -274,8 +304,8 @@ class StepWatch:
             return
         self._said_skip = True
         log_info("tfamp_rewrite: a training step was skipped: its gradients were not all finite at "
-                 "loss scale %g, so no variable changed and the scale was lowered (dynamic loss "
-                 "scaling finding its level; said once)" % scale)
+                 "loss scale %g, so no variable changed and the scale was lowered; a long run of "
+                 "such steps is diagnosed (said once)" % scale)
 
     def _say_settled(self, episode, scale: float) -> None:
         if self._said_settled:
