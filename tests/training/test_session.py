@@ -24,6 +24,14 @@ def cpu_target(monkeypatch):
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
 
 
+@pytest.fixture(autouse=True)
+def summaries_not_said_yet(monkeypatch):
+    """Each rewrite summary line is logged once per process: these tests look for theirs."""
+    from tfamp_rewrite.training import shadow_graph
+
+    monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+
+
 def probe_graph():
     """``mm = x @ w`` (inf in float16), ``relu(mm)``, a variable and its initializer."""
     graph = tf.Graph()
@@ -381,6 +389,17 @@ def test_sessions_follow_the_running_tensorflows_pass_and_say_so(cpu_target, mon
     (line,) = [r.getMessage() for r in caplog.records if "session graph rewritten" in r.getMessage()]
     assert "compat=%s target=cpu numerics=native" % running in line
     assert "converted %d of " % session.rewrite_reports[0].nodes_converted in line
+
+
+def test_the_same_rewrite_in_a_new_session_is_not_said_again(cpu_target, caplog):
+    """An Estimator opens a session on a graph like the last for every evaluation."""
+    with caplog.at_level(logging.DEBUG, logger="tfamp_rewrite"):
+        for _ in range(3):
+            graph = _reciprocal_graph()
+            with Session(graph=graph) as session:
+                _reciprocal_dtype(session)
+    levels = [r.levelno for r in caplog.records if "session graph rewritten" in r.getMessage()]
+    assert levels == [logging.INFO, logging.DEBUG, logging.DEBUG]
 
 
 def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target, caplog):

@@ -43,6 +43,7 @@ from .outside_references import detach as detach_outside_references
 from .user_log import LOGGER_NAME, log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
+_SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
 
 
 class ShadowGraph:
@@ -183,17 +184,19 @@ class ShadowGraph:
     def _synced(self, graph_def, result) -> None:
         """Called after each import, with the user's graph and its rewrite: logs the first
         rewrite and the first growth (Keras grows its graph at every fit, evaluate and
-        predict); later growth goes to DEBUG, and ``reports`` keeps every rewrite."""
+        predict), each line once per process (an Estimator builds the same graph anew for
+        every evaluation); the rest goes to DEBUG, and ``reports`` keeps every rewrite."""
         del graph_def
         self._syncs += 1
-        if self._syncs > 2:
-            logging.getLogger(LOGGER_NAME).debug(
-                "tfamp_rewrite: session graph grew, rewritten again: %s", result.report.one_line())
-            return
-        log_info("tfamp_rewrite: session graph %s: %s" % (
+        line = "tfamp_rewrite: session graph %s: %s" % (
             "rewritten" if self._syncs == 1 else
             "grew, rewritten again (later growth is rewritten without a line each)",
-            result.report.one_line()))
+            result.report.one_line())
+        if self._syncs > 2 or line in _SAID_SUMMARIES:
+            logging.getLogger(LOGGER_NAME).debug(line)
+            return
+        _SAID_SUMMARIES.add(line)
+        log_info(line)
 
     def _import_additions(self, user_def, rewritten_def) -> None:
         new = {node.name for node in user_def.node} - self._imported
