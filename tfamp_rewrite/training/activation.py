@@ -279,7 +279,7 @@ def _waiting_for_skipped_steps(original):
     def after_run(self, run_context, run_values):
         from . import step_watch
 
-        if step_watch.last_run_skipped_while_recovering():
+        if step_watch.last_run_skipped_while_recovering(getattr(self._loss_tensor, "graph", None)):
             import numpy as np
 
             if np.isnan(run_values.results):

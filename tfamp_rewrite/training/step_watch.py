@@ -40,11 +40,12 @@ from .user_log import log_info
 _last_run = threading.local()
 
 
-def last_run_skipped_while_recovering() -> bool:
-    """True if this thread's last session run skipped a loss-scaled step while the watch can
-    still act on it (the scale can fall further, or a culprit can be healed): a NaN loss in
-    that run changed no variable and need not end training (activation.py's NanTensorHook)."""
-    return getattr(_last_run, "recovering", False)
+def last_run_skipped_while_recovering(graph) -> bool:
+    """True if this thread's last run of a rewriting session on ``graph`` (the user's) skipped
+    a loss-scaled step while the watch can still act on it (the scale can fall further, or a
+    culprit can be healed): a NaN loss in that run changed no variable and need not end
+    training (activation.py's NanTensorHook)."""
+    return getattr(_last_run, "recovering", None) is graph
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
@@ -130,7 +131,7 @@ class StepWatch:
         """``(fetches, probe ids)``: what a run of ``elements`` (private graph) fetches besides
         -- the steps it computes (flag and scale each), and on a diagnosed step the probes it
         computes anyway -- or None when it computes no loss-scaled step."""
-        _last_run.recovering = False
+        _last_run.recovering = None
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
             if not signals:  # no loss-scaled step in the graph (inference): nothing to watch
@@ -154,7 +155,7 @@ class StepWatch:
         """The steps part alone of ``extra_fetches`` (``{signal index: (flag, scale)}``, or
         None): for a callable, whose fetches are fixed when it is made.  Its runs are
         observed (``after_run`` with ``{"steps": values}``), never probed or healed."""
-        _last_run.recovering = False
+        _last_run.recovering = None
         with self._lock:
             return self._step_fetches(step_signals(self.shadow.user_graph), elements, fed) or None
 
@@ -222,8 +223,8 @@ class StepWatch:
             if "probes" in extra_values:
                 self._diagnose(extra_values, ids, signals, reset_loss_scales)
             skipped = [i for i, (finite, _) in extra_values["steps"].items() if not finite]
-            _last_run.recovering = bool(skipped) and all(self._can_recover(self._guard(signals[i]))
-                                                         for i in skipped)
+            recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
+            _last_run.recovering = self.shadow.user_graph if recovering else None
 
     def _diagnose(self, extra_values: dict, ids, signals, reset_loss_scales) -> None:
         """Names (and heals) a culprit the run's probes show, for each guard that asked."""
