@@ -244,3 +244,12 @@ def test_validation_inputs_of_the_wrong_shape_are_a_one_line_user_error(frozen, 
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "takes shape" in err and "[2, 3, 3, 1]" in err and "internal error" not in err
     assert not (tmp_path / "out.pb").exists()
+
+
+def test_an_op_type_that_matches_nothing_suggests_the_graphs_spelling(frozen, tmp_path, capsys):
+    _, out = _convert(capsys, frozen, tmp_path / "out.pb", "--op-types-to-exclude", "conv2d,MatMull,Zzz")
+    said = capsys.readouterr()
+    lines = [line for line in (out + said.out + said.err).splitlines() if "the graph has no op" in line]
+    assert any("conv2d" in line and "did you mean Conv2D?" in line for line in lines), lines
+    assert any("MatMull" in line and "did you mean MatMul?" in line for line in lines), lines
+    assert any("Zzz" in line and "did you mean" not in line for line in lines), lines

@@ -185,8 +185,8 @@ def builtin_lists(dtype: str = "float16", compat: str = "latest") -> OpLists:
     key = (dtype, compat)
     if key not in _BUILTIN:
         raise ValueError(
-            "dtype=%r has no op lists for compat=%r (TensorFlow 1.15 only converts to "
-            "float16); use dtype='float16' or compat='latest'" % (dtype, compat))
+            "dtype %s has no op lists for compat %s (TensorFlow 1.15 only converts to float16); "
+            "use dtype float16, or compat latest" % (dtype, compat))
     return OpLists(*_BUILTIN[key])
 
 

@@ -24,6 +24,7 @@ Cores), the constants report and, with ``--validate``, the validation report.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -301,6 +302,12 @@ def matching_nodes(graph_def, patterns: Sequence[str]) -> List[str]:
     return [node.name for node in graph_def.node if any(regex.match(node.name) for regex in compiled)]
 
 
+def _close_op_types(op: str, op_types) -> List[str]:
+    """The graph's op types ``op`` may have meant: the same but for case, else close spellings."""
+    same_but_case = sorted(t for t in op_types if t.lower() == op.lower())
+    return same_but_case or difflib.get_close_matches(op, sorted(op_types), n=2)
+
+
 def _unused_options(graph_def, options: ConvertOptions) -> List[str]:
     """Warnings for exclusions that match nothing (usually a typo)."""
     op_types = {node.op for node in graph_def.node}
@@ -309,7 +316,9 @@ def _unused_options(graph_def, options: ConvertOptions) -> List[str]:
                            ("--op-types-to-include", options.op_types_to_include)):
         for op in values:
             if op not in op_types:
-                warnings.append("%s %s: the graph has no op of that type" % (option, op))
+                close = _close_op_types(op, op_types)
+                warnings.append("%s %s: the graph has no op of that type%s" % (
+                    option, op, " (did you mean %s?)" % " or ".join(close) if close else ""))
     for pattern in options.nodes_to_exclude:
         if not matching_nodes(graph_def, [pattern]):
             warnings.append("--nodes-to-exclude %r matches no node (patterns match from the start "

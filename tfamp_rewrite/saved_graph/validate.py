@@ -7,8 +7,8 @@ feeds the same inputs (``--input-data`` .npz, else random with a fixed seed; unk
 dimensions take ``batch_size``) and compares every output in float64::
 
     max_abs_error  = max |c - o|           over elements finite in both
-    max_rel_error  = max |c - o| / |o|     over those with |o| > atol
-    top1_agreement = mean(argmax(c, -1) == argmax(o, -1))   (outputs of rank >= 2 only)
+    max_rel_error  = max |c - o| / |o|     over those with |o| > atol (None: there are none)
+    top1_agreement = mean(argmax(c, -1) == argmax(o, -1))   (floating outputs of rank >= 2 only)
     passed         = all |c - o| <= atol + rtol * |o|, and no finite o became inf/nan in c
 
 Each graph is also timed (best of ``timed_runs`` runs after a warm-up).
@@ -81,8 +81,8 @@ class OutputComparison:
     dtype: str
     converted_dtype: str
     max_abs_error: float
-    max_rel_error: float
-    top1_agreement: Optional[float]
+    max_rel_error: Optional[float]   # None: no element of the original exceeds atol
+    top1_agreement: Optional[float]  # None: not a floating output of rank >= 2
     nonfinite: int               # finite in the original, inf/nan in the converted graph
     passed: bool
 
@@ -109,8 +109,9 @@ class ValidationReport:
         lines.append("  %-28s %-9s %12s %12s %8s %s" % ("output", "dtype", "max abs err", "max rel err",
                                                      "top-1", ""))
         for out in self.outputs:
-            lines.append("  %-28s %-9s %12.3g %12.3g %8s %s" % (
-                out.name, out.converted_dtype, out.max_abs_error, out.max_rel_error,
+            lines.append("  %-28s %-9s %12.3g %12s %8s %s" % (
+                out.name, out.converted_dtype, out.max_abs_error,
+                "-" if out.max_rel_error is None else "%.3g" % out.max_rel_error,
                 "-" if out.top1_agreement is None else "%.1f%%" % (100 * out.top1_agreement),
                 ("ok" if out.passed else "beyond tolerance") + (
                     ", %d non-finite" % out.nonfinite if out.nonfinite else "")))
@@ -179,9 +180,9 @@ def compare(name: str, expected, actual, rtol: float, atol: float) -> OutputComp
     diff = np.where(both, np.abs(b - a), 0.0)
     large = both & (np.abs(a) > atol)
     max_abs = float(diff.max()) if diff.size else 0.0
-    max_rel = float((diff[large] / np.abs(a[large])).max()) if large.any() else 0.0
+    max_rel = float((diff[large] / np.abs(a[large])).max()) if large.any() else None
     top1 = None
-    if a.ndim >= 2 and a.shape[-1] > 1 and a.size:
+    if a.ndim >= 2 and a.shape[-1] > 1 and a.size and np.issubdtype(original.dtype, np.floating):
         top1 = float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
     passed = nonfinite == 0 and bool(np.all(diff <= atol + rtol * np.abs(np.where(finite, a, 0.0))))
     return OutputComparison(name, str(original.dtype), str(converted.dtype), max_abs, max_rel, top1,
