@@ -245,12 +245,13 @@ def _check_side_outputs(args, saved) -> None:
     from .dot import side_paths
     from .writer import check_side_output
 
-    taken = {getattr(args, "output", None): "OUTPUT"} if getattr(args, "output", None) else {}
-    for option in ("report", "dot"):
-        path = getattr(args, option)
-        for each in ([path] if option == "report" else side_paths(path)) if path else []:
-            check_side_output(each, "--" + option, saved, taken)
-            taken[each] = "--" + option
+    output = getattr(args, "output", None)  # explain writes no OUTPUT
+    taken = {output: "OUTPUT"} if output else {}
+    for role, paths in (("--report", [args.report] if args.report else []),
+                        ("--dot", side_paths(args.dot) if args.dot else [])):
+        for path in paths:
+            check_side_output(path, role, saved, taken)
+            taken[path] = role
     if args.radius < 0:
         raise ConversionError("--radius %d is negative" % args.radius, "Pass 0 or more")
 

@@ -241,7 +241,7 @@ def loaded_graph(saved: SavedGraph, path: str, text: bool, io: GraphIO, initial_
     import tensorflow as tf
 
     graph = tf.compat.v1.Graph()
-    which = "converted" if path != saved.path else "original"
+    which = _which(saved, path)
     with graph.as_default(), plain_session(graph) as session:
         try:
             tensors = _load(saved, path, text, session, io, initial_values)
@@ -257,6 +257,11 @@ def _deprecation_notices_silenced():
 
     silence = getattr(deprecation, "silence", None)
     return silence() if silence is not None else contextlib.nullcontext()
+
+
+def _which(saved: SavedGraph, path: str) -> str:
+    """"original" or "converted": which graph ``path`` holds, for messages."""
+    return "original" if path == saved.path else "converted"
 
 
 def op_error_text(error) -> str:
@@ -284,7 +289,7 @@ def _run(saved: SavedGraph, path: str, text: bool, io: GraphIO, feeds, timed_run
     """Loads the graph at ``path`` as ``saved.kind``; returns (outputs, best seconds)."""
     import tensorflow as tf
 
-    which = "converted" if path != saved.path else "original"
+    which = _which(saved, path)
     with loaded_graph(saved, path, text, io, initial_values) as (session, tensors):
         feed_dict = input_feed(session, tensors, feeds)
         for name, value in feed_dict.items():

@@ -67,8 +67,8 @@ _original_methods: Dict[str, object] = {}  # TensorFlow's Optimizer methods, cap
 _graph_rewrite = False
 _loss_scaling = False
 _doctor = None  # the precision doctor's run, while sessions probe instead of rewriting
-_original_warm_start_groups = None  # TensorFlow's, while ours replaces it
-_original_nan_hook_after_run = None  # TensorFlow's NanTensorHook.after_run, while ours replaces it
+# (owner, attribute) -> TensorFlow's value, for each attribute ours replaces while on.
+_replaced: Dict[tuple, object] = {}
 
 
 def _tensorflow_v1():
@@ -92,8 +92,7 @@ def enable_graph_rewrite() -> None:
         for original in (tf1.Session, tf1.InteractiveSession):
             if not _is_ours(original.__dict__.get("__new__")):
                 original.__new__ = _constructing(original)
-        _leave_loss_scales_out_of_warm_starts()
-        _let_nan_hooks_wait_for_skipped_steps()
+        _replace_helpers()
         _graph_rewrite = True
 
 
@@ -165,8 +164,7 @@ def enable_loss_scaling() -> None:
         for name, method in _original_methods.items():
             if optimizer.__dict__[name] is method:
                 setattr(optimizer, name, _with_auto_loss_scaling(name, method))
-        _leave_loss_scales_out_of_warm_starts()
-        _let_nan_hooks_wait_for_skipped_steps()
+        _replace_helpers()
         _loss_scaling = True
 
 
@@ -208,28 +206,33 @@ def _auto_scaler(opt):
     return scaler
 
 
-# -- warm starts ----------------------------------------------------------------------------
-def _leave_loss_scales_out_of_warm_starts() -> None:
-    """Replaces warm_starting_util's variable grouping (see the module docstring); its
-    ``warm_start`` -- ``tf.compat.v1.train.warm_start`` and the Estimator's -- looks it up
-    at each call, so no TensorFlow name changes.  Called with ``_lock`` held."""
-    global _original_warm_start_groups
+# -- warm starts and NaN-loss hooks -------------------------------------------------------
+def _replace_helpers() -> None:
+    """Replaces warm_starting_util's variable grouping and ``NanTensorHook.after_run`` (see
+    the module docstring), once.  ``warm_start`` -- ``tf.compat.v1.train.warm_start`` and the
+    Estimator's -- looks the grouping up at each call, so no TensorFlow name changes.
+    Called with ``_lock`` held."""
     from tensorflow.python.training import warm_starting_util
 
-    original = warm_starting_util.__dict__.get(_WARM_START_GROUPS)
-    if original is None or _original_warm_start_groups is not None:
-        return  # a TensorFlow without it, or replaced already
-    _original_warm_start_groups = original
-    setattr(warm_starting_util, _WARM_START_GROUPS, _without_loss_scales(original))
+    _replace(warm_starting_util, _WARM_START_GROUPS, _without_loss_scales)
+    _replace(_tensorflow_v1().train.NanTensorHook, "after_run", _waiting_for_skipped_steps)
 
 
-def _restore_warm_starts() -> None:
-    global _original_warm_start_groups
-    if _original_warm_start_groups is not None:
-        from tensorflow.python.training import warm_starting_util
+def _replace(owner, name: str, wrap) -> None:
+    """Sets ``owner.name`` to ``wrap(its value)``, keeping TensorFlow's for ``_restore_helpers``;
+    nothing if ``owner`` has no such attribute of its own or it is replaced already."""
+    original = owner.__dict__.get(name)
+    if original is None or (owner, name) in _replaced:
+        return
+    _replaced[(owner, name)] = original
+    setattr(owner, name, wrap(original))
 
-        setattr(warm_starting_util, _WARM_START_GROUPS, _original_warm_start_groups)
-        _original_warm_start_groups = None
+
+def _restore_helpers() -> None:
+    """Puts TensorFlow's values back.  Called with ``_lock`` held."""
+    for (owner, name), original in _replaced.items():
+        setattr(owner, name, original)
+    _replaced.clear()
 
 
 def _without_loss_scales(original):
@@ -254,24 +257,6 @@ def _without_loss_scales(original):
         return {name: group for name, group in groups.items() if name not in ours}
 
     return grouped_variables
-
-
-# -- NaN-loss hooks -------------------------------------------------------------------------
-def _let_nan_hooks_wait_for_skipped_steps() -> None:
-    """Replaces ``NanTensorHook.after_run`` (see the module docstring).  Called with ``_lock``."""
-    global _original_nan_hook_after_run
-    hook = _tensorflow_v1().train.NanTensorHook
-    if _original_nan_hook_after_run is not None:
-        return
-    _original_nan_hook_after_run = hook.__dict__["after_run"]
-    hook.after_run = _waiting_for_skipped_steps(_original_nan_hook_after_run)
-
-
-def _restore_nan_hooks() -> None:
-    global _original_nan_hook_after_run
-    if _original_nan_hook_after_run is not None:
-        _tensorflow_v1().train.NanTensorHook.after_run = _original_nan_hook_after_run
-        _original_nan_hook_after_run = None
 
 
 def _waiting_for_skipped_steps(original):
@@ -339,5 +324,4 @@ def deactivate() -> None:
     disable_graph_rewrite()
     disable_loss_scaling()
     with _lock:
-        _restore_warm_starts()
-        _restore_nan_hooks()
+        _restore_helpers()
