@@ -67,3 +67,22 @@ def test_tf115_output_means_the_same_once_defaults_are_filled_in():
     again = rewrite_graph_def(result.graph_def, fetches=model.fetches, feeds=model.feeds,
                               target="cpu", compat="tf1.15")
     assert again.report.nodes_converted == 0 and again.graph_def == result.graph_def
+
+
+def test_tf115_output_leaves_out_resource_variables_debug_names():
+    """TF 2.x names a resource variable in ``debug_name``, an attribute 1.15's VarHandleOp lacks."""
+    graph = tf.Graph()
+    with graph.as_default():
+        weights = tf1.get_variable("w", [4, 2], use_resource=True)
+        tf.matmul(tf1.placeholder(tf.float32, [1, 4], name="x"), weights.read_value(), name="y")
+    graph_def = graph.as_graph_def()
+    (handle,) = [node for node in graph_def.node if node.op == "VarHandleOp"]
+    debug_name = handle.attr["debug_name"].s
+    assert debug_name.startswith(b"w")  # b"w/" in TF 2.15
+    kwargs = dict(fetches=["y"], feeds=["x"], target="cpu")
+    latest = rewrite_graph_def(graph_def, **kwargs)
+    tf115 = rewrite_graph_def(graph_def, compat="tf1.15", **kwargs)
+    assert [n.attr["debug_name"].s for n in latest.graph_def.node if n.op == "VarHandleOp"] == [debug_name]
+    (handle,) = [node for node in tf115.graph_def.node if node.op == "VarHandleOp"]
+    assert "debug_name" not in handle.attr and handle.attr["shared_name"].s == b"w"
+    assert any("1 resource variable debug_name attribute(s) left out" in note for note in tf115.report.notes)

@@ -63,6 +63,31 @@ def test_conflicting_lists_are_a_clear_error_unlike_tensorflow(monkeypatch):
     assert not run_grappler_amp(overflow_probe_graph(), ["out"]).succeeded
 
 
+def test_a_misspelled_variable_or_op_type_is_warned_about_where_tensorflow_is_silent(monkeypatch):
+    monkeypatch.setenv(PREFIX + "DENYLST_ADD", "Exp")  # not read: the rewrite is unchanged
+    monkeypatch.setenv(PREFIX + "DENYLIST_ADD", "Softmaxx, tanh, Sin")
+    monkeypatch.setenv(PREFIX + "INFERLIST_REMOVE", "Tanh")  # the fix for "tanh"
+    result = rewrite_graph_def(overflow_probe_graph(), fetches=["out"], target="cpu")
+    misspelled_variable, softmaxx, tanh = result.report.warnings
+    assert misspelled_variable == (PREFIX + "DENYLST_ADD is not a variable the mixed-precision pass "
+                                   "reads (did you mean %sDENYLIST_ADD?); it is ignored" % PREFIX)
+    assert softmaxx.startswith(PREFIX + "DENYLIST_ADD names Softmaxx, which is neither an op type")
+    assert "(did you mean Softmax or LogSoftmax?)" in softmaxx and "(did you mean Tanh?)" in tanh
+    assert "warning: " + tanh in result.report.summary()
+
+
+def test_registered_op_types_the_graphs_own_and_known_variables_are_not_warned_about(monkeypatch):
+    graph_def = overflow_probe_graph()
+    custom = graph_def.node.add(name="custom", op="MyUnloadedCustomOp")  # its library not loaded here
+    custom.input.append("out")
+    monkeypatch.setenv(PREFIX + "DENYLIST_ADD", "Sin, MyUnloadedCustomOp")
+    monkeypatch.setenv(PREFIX + "LOG_PATH", "/tmp")
+    assert rewrite_graph_def(graph_def, fetches=["out"], target="cpu").report.warnings == []
+    monkeypatch.setenv(PREFIX + "CLEARLIST_ADD", "Relux")  # an OpLists ignores the environment
+    assert rewrite_graph_def(graph_def, fetches=["out"], target="cpu",
+                             lists=builtin_lists()).report.warnings == []
+
+
 def test_python_overrides_edit_or_replace():
     edited = effective_lists(lists={"deny_add": ["Tanh"], "infer_remove": ["Tanh"]})
     assert "Tanh" in edited.deny

@@ -26,3 +26,15 @@ def test_top1_agreement_is_for_floating_outputs_only():
     assert compare("ids", ids, ids, rtol=0, atol=0).top1_agreement is None
     logits = np.array([[0.1, 0.9], [0.8, 0.2]], np.float32)
     assert compare("logits", logits, logits[:, ::-1], rtol=0, atol=0).top1_agreement == 0.0
+
+
+def test_a_row_beyond_both_printed_tolerances_passes_only_under_the_stated_criterion():
+    """Max abs error (a large value) and max rel error (a small one) come from different
+    elements; neither element exceeds atol + rtol x |original|, so the row passes, and the
+    header says that this is the criterion."""
+    original = np.array([100.0, 0.02], np.float32)
+    result = compare("y", original, original + np.array([0.5, 0.009], np.float32), rtol=1e-2, atol=1e-2)
+    assert result.passed and result.max_abs_error > 1e-2 and result.max_rel_error > 1e-2
+    report = ValidationReport(rtol=1e-2, atol=1e-2, inputs="x", outputs=[result])
+    assert "passed (every element within atol + rtol x |original|; rtol=0.01, atol=0.01)" in \
+        report.summary_lines()[0]

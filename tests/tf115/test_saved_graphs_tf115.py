@@ -162,6 +162,24 @@ def test_meta_graph_converts_and_restores_its_checkpoint_in_tf115(tf115, tf2, kn
              "Saver in TF 1.15; max rel. difference to TF 2.x: " + "; ".join(lines))
 
 
+def test_meta_graph_tf2_wrote_converts_with_compat_tf115_and_restores_in_tf115(tf115, tf2, tmp_path,
+                                                                              capsys, verified):
+    """TF 2.x writes resource variables with a ``debug_name`` 1.15's VarHandleOp lacks."""
+    source = models.meta_graph(str(tmp_path))
+    meta = read(source, meta_graph_pb2.MetaGraphDef)
+    assert any(node.attr["debug_name"].s for node in meta.graph_def.node if node.op == "VarHandleOp")
+    restore = (meta.saver_def, str(tmp_path / "model"))
+    with pytest.raises(RuntimeFailure, match="not in Op<name=VarHandleOp"):  # what compat tf1.15 is for
+        run_both(tf115, tf2, meta.graph_def, IMAGES, OUTPUTS, restore)
+    converted = read(convert(capsys, source, tmp_path / "converted.meta", "--outputs", "probs,logits",
+                             "--compat", "tf1.15"), meta_graph_pb2.MetaGraphDef)
+    assert half_convolutions(converted.graph_def) == 2
+    line = compared("converted", tf115, tf2, converted.graph_def, "native", IMAGES, OUTPUTS, restore)
+    verified("graphs converted by tfamp-rewrite", "MetaGraph as TF 2.x writes it (resource variables), "
+             "converted with --compat tf1.15, variables restored by its Saver in TF 1.15; max rel. "
+             "difference to TF 2.x: " + line)
+
+
 def test_saved_model_converts_and_restores_its_variables_in_tf115(tf115, tf2, known_attrs, tmp_path,
                                                                   capsys, verified):
     original = models.saved_model(str(tmp_path / "tf2"))

@@ -402,6 +402,17 @@ def test_the_same_rewrite_in_a_new_session_is_not_said_again(cpu_target, caplog)
     assert levels == [logging.INFO, logging.DEBUG, logging.DEBUG]
 
 
+def test_a_misspelled_list_variable_is_said_once_as_a_warning(cpu_target, monkeypatch, caplog):
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    monkeypatch.setenv("TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD", "Reciprocall")
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        for _ in range(2):
+            with Session(graph=_reciprocal_graph()) as session:
+                _reciprocal_dtype(session)
+    said = [r.getMessage() for r in caplog.records if "Reciprocall" in r.getMessage()]
+    assert len(said) == 1 and "did you mean Reciprocal or" in said[0], said
+
+
 def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target, caplog):
     """Keras grows the graph at every fit, evaluate and predict: one line each would be noise."""
     graph = tf.Graph()

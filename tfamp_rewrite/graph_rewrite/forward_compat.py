@@ -13,8 +13,12 @@ older consumers.
 every function body's node, each attribute whose value equals its op's default, and
 returns how many it removed.  Ops ``lookup_op_def`` does not know are left alone.
 
-Nothing helps with ops an older TensorFlow lacks, nor with a new attribute set to another
-value (TF 2.x gives resource variables a ``debug_name``): those graphs stay unreadable.
+``strip_debug_names(graph_def) -> int`` removes the ``debug_name`` TF 2.x gives resource
+variables (``VarHandleOp``): it names the variable in error messages only, and 1.15's op
+has no such attribute.
+
+Nothing helps with ops an older TensorFlow lacks, nor with another new attribute set to a
+non-default value: those graphs stay unreadable.
 
 The rewrite applies it for ``compat="tf1.15"``.  A graph written by TensorFlow 1.15 itself
 needs nothing: the rewrite only changes type attributes and adds Casts whose attributes
@@ -37,6 +41,21 @@ def strip_default_attrs(graph_def, lookup_op_def: Callable[[str], Optional[objec
                 if attr.HasField("default_value")]
         for name, default in defaults[node.op]:
             if name in node.attr and node.attr[name] == default:
+                del node.attr[name]
+                removed += 1
+    return removed
+
+
+# op type -> attributes newer TensorFlow sets for its messages alone
+_DEBUG_ONLY_ATTRS = {"VarHandleOp": ("debug_name",)}
+
+
+def strip_debug_names(graph_def) -> int:
+    """Removes the message-only attributes of ``_DEBUG_ONLY_ATTRS`` in place; returns the count."""
+    removed = 0
+    for node in _all_nodes(graph_def):
+        for name in _DEBUG_ONLY_ATTRS.get(node.op, ()):
+            if name in node.attr:
                 del node.attr[name]
                 removed += 1
     return removed

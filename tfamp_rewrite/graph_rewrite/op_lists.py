@@ -11,12 +11,15 @@ Lists (mirroring TensorFlow's ``auto_mixed_precision_lists.h``):
 the environment variables ``TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_<L>_{ADD,REMOVE}``
 (``<L>`` = ALLOWLIST / INFERLIST / DENYLIST / CLEARLIST, or TF 1.15's WHITELIST /
 GRAYLIST / BLACKLIST), the optimisation level and Python overrides are combined.
+``env_warnings`` names what in those variables is probably a typo, since TensorFlow
+accepts a misspelled variable or op type without a word.
 """
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, Mapping, Optional, Union
+from typing import Callable, FrozenSet, Iterable, List, Mapping, Optional, Union
 
 from .compat import COMPATS
 
@@ -31,6 +34,8 @@ _ENV_NAMES = {
     "clear": ("CLEARLIST",),
 }
 LEVEL_ENV = _ENV_PREFIX + "LEVEL"
+# What else TensorFlow's pass reads under the prefix: not typos.
+_OTHER_PASS_VARIABLES = ("EMULATE_FP16", "LOG_PATH", "SIMULATE_GPU")
 LEVELS = ("", "UNSAFE_FORCE_ALL", "TENSOR_CORES_ONLY", "TREAT_INFER_AS_DENY")
 
 
@@ -200,6 +205,47 @@ def env_list_edits(environ: Mapping[str, str] = None):
             remove.setdefault(category, []).extend(
                 _split(environ.get(_ENV_PREFIX + name + "_REMOVE", "")))
     return add, remove
+
+
+def _list_variables() -> List[str]:
+    return [_ENV_PREFIX + name + suffix for names in _ENV_NAMES.values() for name in names
+            for suffix in ("_ADD", "_REMOVE")]
+
+
+def env_warnings(is_op_type: Callable[[str], bool], op_types: Callable[[], Iterable[str]],
+                 environ: Mapping[str, str] = None) -> List[str]:
+    """One line per probable typo in the pass's environment variables, else ``[]``.
+
+    A typo is a variable under ``TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_`` that neither this
+    pass nor TensorFlow's reads, or a listed op type that ``is_op_type`` denies (is it
+    registered now, or in the graph?) and no built-in list names: either edits nothing.
+    ``op_types()`` lists the registered op types to suggest from; it is only called when
+    one is needed.
+    """
+    environ = os.environ if environ is None else environ
+    known_variables = _list_variables() + [LEVEL_ENV] + [_ENV_PREFIX + n for n in _OTHER_PASS_VARIABLES]
+    warnings = []
+    for variable in sorted(v for v in environ if v.startswith(_ENV_PREFIX) and v not in known_variables):
+        close = difflib.get_close_matches(variable, known_variables, n=1)
+        warnings.append("%s is not a variable the mixed-precision pass reads%s; it is ignored" % (
+            variable, " (did you mean %s?)" % close[0] if close else ""))
+    listed = {op for ops in _BUILTIN.values() for category in ops for op in category}
+    for variable in _list_variables():
+        for op in _split(environ.get(variable, "")):
+            if op in listed or is_op_type(op):
+                continue
+            close = close_op_types(op, set(op_types()) | set(listed))
+            hint = " (did you mean %s?)" % " or ".join(close) if close else ""
+            warnings.append("%s names %s, which is neither an op type TensorFlow registers nor "
+                            "one in the graph%s; it edits nothing" % (variable, op, hint))
+    return warnings
+
+
+def close_op_types(op: str, op_types: Iterable[str]) -> List[str]:
+    """The op types ``op`` may have meant: the same but for case, else up to two close spellings."""
+    op_types = sorted(op_types)
+    same_but_case = [name for name in op_types if name.lower() == op.lower()]
+    return same_but_case or difflib.get_close_matches(op, op_types, n=2, cutoff=0.7)
 
 
 def _split(text: str):

@@ -65,6 +65,8 @@ class RewriteReport:
     decisions: List[NodeDecision] = field(default_factory=list)
     functions: List[FunctionReport] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    # Probable mistakes in the settings (a misspelled environment variable or op type).
+    warnings: List[str] = field(default_factory=list)
     # FLOP share in half and multiple-of-8 diagnostics; filled by tensor_cores.diagnose
     # (it needs static shapes, so the pass itself leaves it None; the command line fills it).
     tensor_cores: Optional["TensorCoreReport"] = None
@@ -133,6 +135,7 @@ class RewriteReport:
                              ", rounding by %d RoundToHalf op(s) now" % self.emulation.rounding_ops
                              if self.emulation.rounding_ops else "", self.emulation.widening_casts))
         lines.extend("  note: " + note for note in self.notes)
+        lines.extend("  warning: " + warning for warning in self.warnings)
         if self.tensor_cores is not None:
             lines.extend(self.tensor_cores.summary_lines())
         return "\n".join(lines)

@@ -26,16 +26,16 @@ from tensorflow.core.framework import graph_pb2
 
 from ..dtypes import DT_FLOAT, TARGET_DTYPES
 from ..errors import GraphRewriteError
-from ..tf_compat import KernelIndex, lookup_op_def
+from ..tf_compat import KernelIndex, lookup_op_def, registered_op_names
 from .casts import AppliedPaint, apply_paint
 from .compat import AUTO, resolve_compat
 from .decisions import ReportBuilder
 from .eligibility import TARGETS, HalfSupport, node_eligibility
 from .emulation import EmulationReport, emulate_half
-from .forward_compat import strip_default_attrs
+from .forward_compat import strip_debug_names, strip_default_attrs
 from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
 from .graph_view import GraphView, parse_input
-from .op_lists import ListsOverride, OpLists, effective_lists, read_level
+from .op_lists import ListsOverride, OpLists, effective_lists, env_warnings, read_level
 from .painter import Painter, PaintRules, rules_for
 from .report import FunctionReport, RewriteReport
 
@@ -120,6 +120,9 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
         half tensor: what a Tensor Core GPU computes, on any CPU at float32 speed; see
         emulation.py).
 
+    ``report.warnings`` names what in the list environment variables is probably a typo
+    (see ``op_lists.env_warnings``); TensorFlow's pass ignores such names without a word.
+
     Raises:
       ValueError: bad arguments, conflicting op lists, or a fetch/feed not in the graph.
       GraphRewriteError: the graph is malformed (the error names the node).
@@ -128,7 +131,13 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
     output = graph_pb2.GraphDef()
     output.CopyFrom(graph_def)
     with _no_cyclic_gc():
-        return _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude)
+        result = _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude)
+    if not isinstance(lists, OpLists):  # an OpLists replaces the environment's edits
+        in_graph = {node.op for node in graph_def.node}
+        in_graph.update(node.op for function in graph_def.library.function for node in function.node_def)
+        result.report.warnings.extend(env_warnings(
+            lambda op: op in in_graph or lookup_op_def(op) is not None, registered_op_names))
+    return result
 
 
 def _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude):
@@ -148,6 +157,11 @@ def _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to
         if stripped:
             report.notes.append("%d default-valued attribute(s) left out, so that TensorFlow 1.15 "
                                 "reads the graph (it fills in defaults)" % stripped)
+        debug_names = strip_debug_names(output)
+        if debug_names:
+            report.notes.append("%d resource variable debug_name attribute(s) left out: TensorFlow "
+                                "1.15's VarHandleOp has none, and it only names the variable in "
+                                "error messages" % debug_names)
     return RewriteResult(output, report)
 
 

@@ -24,14 +24,13 @@ Cores), the constants report and, with ``--validate``, the validation report.
 from __future__ import annotations
 
 import copy
-import difflib
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import ConversionError, GraphRewriteError
-from ..graph_rewrite.op_lists import builtin_lists
+from ..graph_rewrite.op_lists import builtin_lists, close_op_types
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import RewriteResult, rewrite_graph_def
 from ..graph_rewrite.tensor_cores import diagnose
@@ -302,12 +301,6 @@ def matching_nodes(graph_def, patterns: Sequence[str]) -> List[str]:
     return [node.name for node in graph_def.node if any(regex.match(node.name) for regex in compiled)]
 
 
-def _close_op_types(op: str, op_types) -> List[str]:
-    """The graph's op types ``op`` may have meant: the same but for case, else close spellings."""
-    same_but_case = sorted(t for t in op_types if t.lower() == op.lower())
-    return same_but_case or difflib.get_close_matches(op, sorted(op_types), n=2)
-
-
 def _unused_options(graph_def, options: ConvertOptions) -> List[str]:
     """Warnings for exclusions that match nothing (usually a typo)."""
     op_types = {node.op for node in graph_def.node}
@@ -316,7 +309,7 @@ def _unused_options(graph_def, options: ConvertOptions) -> List[str]:
                            ("--op-types-to-include", options.op_types_to_include)):
         for op in values:
             if op not in op_types:
-                close = _close_op_types(op, op_types)
+                close = close_op_types(op, op_types)
                 warnings.append("%s %s: the graph has no op of that type%s" % (
                     option, op, " (did you mean %s?)" % " or ".join(close) if close else ""))
     for pattern in options.nodes_to_exclude:

@@ -82,7 +82,7 @@ DEFINITIONS = {
         "op_counts": {"type": "object", "additionalProperties": _object(
             {"total": INTEGER, "converted": INTEGER})},
         "casts": _array(_ref("CastInfo")), "decisions": _array(_ref("NodeDecision")),
-        "functions": _array(_ref("FunctionReport")), "notes": STRINGS,
+        "functions": _array(_ref("FunctionReport")), "notes": STRINGS, "warnings": STRINGS,
         "tensor_cores": _nullable("TensorCoreReport"), "numerics": {"enum": ["native", "emulate"]},
         "emulation": _nullable("EmulationReport")}, closed=False),
     "EmulationReport": _object({"nodes": INTEGER, "rounding_casts": INTEGER, "widening_casts": INTEGER,

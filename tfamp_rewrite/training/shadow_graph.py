@@ -185,8 +185,11 @@ class ShadowGraph:
         """Called after each import, with the user's graph and its rewrite: logs the first
         rewrite and the first growth (Keras grows its graph at every fit, evaluate and
         predict), each line once per process (an Estimator builds the same graph anew for
-        every evaluation); the rest goes to DEBUG, and ``reports`` keeps every rewrite."""
+        every evaluation); the rest goes to DEBUG, and ``reports`` keeps every rewrite.
+        The report's warnings (a misspelled list variable) are each said once, as warnings."""
         del graph_def
+        for warning in result.report.warnings:
+            log_once("tfamp_rewrite: " + warning)
         self._syncs += 1
         line = "tfamp_rewrite: session graph %s: %s" % (
             "rewritten" if self._syncs == 1 else
