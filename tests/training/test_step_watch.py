@@ -155,6 +155,40 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     assert session.rewrite_reports[-1].decision("logits").dtype == "float32"
 
 
+def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_stops(caplog):
+    """A restored checkpoint of a run that diverged: no half tensor is to blame, no heal helps."""
+    from tfamp_rewrite.training import activation
+
+    parts = overflow_net(input_scale=1.0)  # fits float16: only the poisoned weight is not finite
+    with parts["graph"].as_default():
+        (w1,) = [v for v in tf1.trainable_variables() if v.op.name == "w1"]
+        one_nan = np.ones([32, 64], np.float32)
+        one_nan[3, 5] = np.nan
+        poison = tf1.assign(w1, w1 * one_nan)
+        hooks = [tf1.train.NanTensorHook(parts["loss"])]
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            session.run(poison)
+            losses = train(parts, session, 20)
+            assert session.heals == [] and session.run(parts["global_step"]) == 0
+        activation.enable_graph_rewrite()
+        try:
+            with parts["graph"].as_default(), \
+                    tf1.train.MonitoredTrainingSession(hooks=hooks) as monitored:
+                monitored.run_step_fn(lambda step_context: step_context.session.run(poison))
+                with pytest.raises(tf1.train.NanLossDuringTrainingError):
+                    for _ in range(20):
+                        monitored.run([parts["train"], parts["loss"]], parts["feed"])
+        finally:
+            activation.deactivate()
+    assert not any(np.isfinite(losses))
+    said = [r.getMessage() for r in caplog.records if "own weights are not finite" in r.getMessage()]
+    assert len(said) == 2  # once per session
+    assert "trainable variable 'w1' holds inf/nan" in said[0] and "nothing is healed" in said[0]
+    assert not culprit_messages(caplog) or all("own weights" in m for m in culprit_messages(caplog))
+
+
 def test_with_healing_off_the_warning_names_the_node_and_steps_stay_skipped(monkeypatch, caplog):
     monkeypatch.setenv(step_watch.AUTO_FIX_ENV, "0")
     parts = overflow_net()
@@ -316,12 +350,15 @@ def test_the_monitor_writes_tensorboard_scalars_every_nth_step(tmp_path, monkeyp
     assert any(tag.startswith("tfamp/flush_share/") for tag in scalars)
 
 
-@pytest.mark.parametrize("auto_fix", ["1", "0"])
+@pytest.mark.parametrize("auto_fix,checkpoints", [("1", False), ("0", False), ("1", True)])
 def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(monkeypatch, caplog,
-                                                                                auto_fix):
+                                                                                tmp_path, auto_fix,
+                                                                                checkpoints):
     """Every Estimator adds NanTensorHook(loss): a float16 forward overflow makes the loss NaN
     from the first step, long before the heal.  The hook lets NaN losses of skipped steps pass
-    while the session can still act, and stops training as usual once it cannot."""
+    while the session can still act, and stops training as usual once it cannot.  With a
+    checkpoint_dir (as every Estimator has), the StepCounterHook and CheckpointSaverHook before
+    it run the session again (global_step) between the step and the NanTensorHook."""
     from tfamp_rewrite.training import activation
 
     monkeypatch.setenv(step_watch.AUTO_FIX_ENV, auto_fix)
@@ -330,9 +367,12 @@ def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(
         hooks = [tf1.train.NanTensorHook(parts["loss"])]
     activation.enable_graph_rewrite()
     losses = []
+    directory = dict(checkpoint_dir=str(tmp_path), save_checkpoint_steps=5, log_step_count_steps=1,
+                     save_summaries_steps=None) if checkpoints else {}
     try:
         with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
-            with parts["graph"].as_default(), tf1.train.MonitoredTrainingSession(hooks=hooks) as session:
+            with parts["graph"].as_default(), \
+                    tf1.train.MonitoredTrainingSession(hooks=hooks, **directory) as session:
                 for _ in range(30):
                     losses.append(session.run([parts["train"], parts["loss"]], parts["feed"])[1])
         stopped = None

@@ -208,13 +208,14 @@ def _auto_scaler(opt):
 
 # -- warm starts and NaN-loss hooks -------------------------------------------------------
 def _replace_helpers() -> None:
-    """Replaces warm_starting_util's variable grouping and ``NanTensorHook.after_run`` (see
-    the module docstring), once.  ``warm_start`` -- ``tf.compat.v1.train.warm_start`` and the
-    Estimator's -- looks the grouping up at each call, so no TensorFlow name changes.
-    Called with ``_lock`` held."""
+    """Replaces warm_starting_util's variable grouping and ``NanTensorHook``'s ``before_run``
+    and ``after_run`` (see the module docstring), once.  ``warm_start`` --
+    ``tf.compat.v1.train.warm_start`` and the Estimator's -- looks the grouping up at each
+    call, so no TensorFlow name changes.  Called with ``_lock`` held."""
     from tensorflow.python.training import warm_starting_util
 
     _replace(warm_starting_util, _WARM_START_GROUPS, _without_loss_scales)
+    _replace(_tensorflow_v1().train.NanTensorHook, "before_run", _counting_step_runs)
     _replace(_tensorflow_v1().train.NanTensorHook, "after_run", _waiting_for_skipped_steps)
 
 
@@ -259,12 +260,26 @@ def _without_loss_scales(original):
     return grouped_variables
 
 
+def _counting_step_runs(original):
+    """NanTensorHook.before_run notes how many loss-scaled steps this thread ran so far, so its
+    after_run asks about the step of the run it watched, not another hook's run since."""
+    @functools.wraps(original)
+    def before_run(self, run_context):
+        from . import step_watch
+
+        self._tfamp_step_runs = step_watch.step_runs_so_far()
+        return original(self, run_context)
+
+    return before_run
+
+
 def _waiting_for_skipped_steps(original):
     @functools.wraps(original)
     def after_run(self, run_context, run_values):
         from . import step_watch
 
-        if step_watch.last_run_skipped_while_recovering(getattr(self._loss_tensor, "graph", None)):
+        graph = getattr(self._loss_tensor, "graph", None)
+        if step_watch.skipped_while_recovering_since(graph, getattr(self, "_tfamp_step_runs", 0)):
             import numpy as np
 
             if np.isnan(run_values.results):

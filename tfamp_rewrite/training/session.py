@@ -173,15 +173,12 @@ class _RewritingSession:
             return self._call_base(super().run, mapped, feeds, options, run_metadata)
         extra, probe_ids = watched
         values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
-        self._watch.after_run(extra_values, probe_ids, self._reset_loss_scales)
+        self._watch.after_run(extra_values, probe_ids, self._run_private)
         return values
 
-    def _reset_loss_scales(self, signals) -> None:
-        """Runs the initializers of ``signals``' loss-scale variables (after a heal)."""
-        with self._user_graph.as_default():
-            initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
-        if initializers:
-            self._call_base(super().run, [self._shadow.private_fetch(op) for op in initializers])
+    def _run_private(self, fetches):
+        """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""
+        return self._call_base(super().run, fetches)
 
     def partial_run_setup(self, fetches, feeds=None):
         if self._shadow is None:
@@ -242,7 +239,7 @@ class _RewritingSession:
             if not steps:
                 return results
             step_values = nest.pack_sequence_as(steps, list(results[len(fetches):]))
-            self._watch.after_run({"steps": step_values}, (), self._reset_loss_scales)
+            self._watch.after_run({"steps": step_values}, (), self._run_private)
             return results[:len(fetches)]
 
         return run_private

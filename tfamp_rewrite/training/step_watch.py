@@ -3,7 +3,10 @@
 Every run that computes a loss-scaled step also fetches that step's finite flag and scale
 (``step_signals``; two scalars).  Per train op a ``SkipGuard`` decides when a run of skipped
 steps deserves a diagnosis; the next such step then also fetches the range probes it
-computes anyway (``StepDiagnosis``) -- no extra run, no input consumed.  A culprit found::
+computes anyway (``StepDiagnosis``) -- no extra run, no input consumed.  A diagnosis first
+asks whether the model's own weights hold inf/nan (``VariableCheck``): then nothing is
+healed, the warning says so, and a ``NanTensorHook`` stops training as TensorFlow's does.
+A culprit found::
 
     warn once per episode: the node, its op and list, the largest |x|, the scale's
         trajectory, the list edit (and node names) that keep it float32
@@ -35,17 +38,32 @@ from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, StepDiagnosis
 from .step_signals import step_signals
 from .user_log import log_info
+from .variable_check import VariableCheck
 
-# Per thread: whether the last run skipped a loss-scaled step the watch is still working on.
-_last_run = threading.local()
+# Per thread: how many runs computed a loss-scaled step, and whether the last of them skipped
+# it while the watch can still act on it.  Runs that compute no step leave both alone: hooks
+# such as StepCounterHook run the session again (global_step) between a step and the
+# NanTensorHook that asks.
+_step_runs = threading.local()
 
 
-def last_run_skipped_while_recovering(graph) -> bool:
-    """True if this thread's last run of a rewriting session on ``graph`` (the user's) skipped
-    a loss-scaled step while the watch can still act on it (the scale can fall further, or a
-    culprit can be healed): a NaN loss in that run changed no variable and need not end
-    training (activation.py's NanTensorHook)."""
-    return getattr(_last_run, "recovering", None) is graph
+def step_runs_so_far() -> int:
+    """This thread's count of rewriting-session runs that computed a loss-scaled step."""
+    return getattr(_step_runs, "count", 0)
+
+
+def skipped_while_recovering_since(graph, count: int) -> bool:
+    """True if this thread ran a loss-scaled step since ``step_runs_so_far()`` was ``count``,
+    and the last such run, of a rewriting session on ``graph`` (the user's), skipped its step
+    while the watch can still act on it (the scale can fall further, or a culprit can be
+    healed): a NaN loss in that run changed no variable and need not end training
+    (activation.py's NanTensorHook)."""
+    return step_runs_so_far() > count and getattr(_step_runs, "recovering", None) is graph
+
+
+def _record_step_run(recovering_graph) -> None:
+    _step_runs.count = step_runs_so_far() + 1
+    _step_runs.recovering = recovering_graph
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
@@ -119,19 +137,20 @@ class StepWatch:
         self.heals: List[Heal] = []
         self._guards: Dict[int, SkipGuard] = {}
         self._diagnosis: Optional[StepDiagnosis] = None
+        self._variable_check: Optional[VariableCheck] = None
         self._generation = None
         self._computed: Dict[tuple, List[int]] = {}
         self._lock = threading.Lock()
         self._said_final = False
         self._said_skip = False     # the first skipped step is said once (INFO)
         self._said_settled = False  # a long episode ended without a culprit: said once
+        self._said_variables = False  # weights holding inf/nan: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
         """``(fetches, probe ids)``: what a run of ``elements`` (private graph) fetches besides
         -- the steps it computes (flag and scale each), and on a diagnosed step the probes it
         computes anyway -- or None when it computes no loss-scaled step."""
-        _last_run.recovering = None
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
             if not signals:  # no loss-scaled step in the graph (inference): nothing to watch
@@ -155,7 +174,6 @@ class StepWatch:
         """The steps part alone of ``extra_fetches`` (``{signal index: (flag, scale)}``, or
         None): for a callable, whose fetches are fixed when it is made.  Its runs are
         observed (``after_run`` with ``{"steps": values}``), never probed or healed."""
-        _last_run.recovering = None
         with self._lock:
             return self._step_fetches(step_signals(self.shadow.user_graph), elements, fed) or None
 
@@ -175,7 +193,7 @@ class StepWatch:
     def _follow_generation(self) -> None:
         generation = (self.shadow.private_name(""), len(self.shadow.reports))
         if generation != self._generation:
-            self._generation, self._diagnosis = generation, None
+            self._generation, self._diagnosis, self._variable_check = generation, None, None
             self._computed.clear()
 
     def _steps_computed(self, signals, elements, fed) -> List[int]:
@@ -204,10 +222,11 @@ class StepWatch:
         return self._diagnosis
 
     # -- after it ----------------------------------------------------------------------------
-    def after_run(self, extra_values: dict, ids, reset_loss_scales) -> None:
+    def after_run(self, extra_values: dict, ids, run_private) -> None:
         """Records the run's steps; names and heals a culprit its probes (``ids``) found.
 
-        ``reset_loss_scales(signals)`` runs the loss scales' initializers after a heal.
+        ``run_private(fetches)`` runs private-graph fetches (no feeds) and returns their
+        values: the weights' finite checks, and the loss scales' initializers after a heal.
         """
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
@@ -221,22 +240,28 @@ class StepWatch:
             if self.monitor is not None:
                 self._sample(extra_values, ids)
             if "probes" in extra_values:
-                self._diagnose(extra_values, ids, signals, reset_loss_scales)
+                self._diagnose(extra_values, ids, signals, run_private)
             skipped = [i for i, (finite, _) in extra_values["steps"].items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
-            _last_run.recovering = self.shadow.user_graph if recovering else None
+            _record_step_run(self.shadow.user_graph if recovering else None)
 
-    def _diagnose(self, extra_values: dict, ids, signals, reset_loss_scales) -> None:
-        """Names (and heals) a culprit the run's probes show, for each guard that asked."""
+    def _diagnose(self, extra_values: dict, ids, signals, run_private) -> None:
+        """Names (and heals) a culprit the run's probes show, for each guard that asked;
+        weights holding inf/nan come first, as nothing else is to blame then."""
         counts, extrema = extra_values["probes"]
         for i, (_, scale) in extra_values["steps"].items():
             guard = self._guard(signals[i])
             if not guard.diagnosis_due:
                 continue
+            nonfinite = self._nonfinite_variables(run_private)
+            if nonfinite:
+                guard.diagnosed(named=True)
+                self._say_variables_not_finite(nonfinite, guard)
+                continue
             culprit = self._diagnosis_now().culprit(ids, counts, extrema, float(scale), guard.at_floor)
             guard.diagnosed(named=culprit is not None)
             if culprit is not None:
-                self._named(culprit, guard, signals, reset_loss_scales)
+                self._named(culprit, guard, signals, run_private)
                 return
             if guard.at_floor:
                 self._nothing_found(guard)
@@ -264,7 +289,20 @@ class StepWatch:
         self.monitor.write(None if step is None else int(step), min(float(s) for _, s in steps),
                            len(self.heals), [probes[i] for i in ids], counts)
 
-    def _named(self, culprit: Culprit, guard: SkipGuard, signals, reset_loss_scales) -> None:
+    def _nonfinite_variables(self, run_private) -> List[str]:
+        if self._variable_check is None:
+            self._variable_check = VariableCheck(self.shadow.user_graph, self.shadow.graph,
+                                                 self.shadow.private_fetch)
+        return self._variable_check.nonfinite(run_private)
+
+    def _reset_loss_scales(self, signals, run_private) -> None:
+        """Runs the initializers of ``signals``' loss-scale variables (after a heal)."""
+        with self.shadow.user_graph.as_default():
+            initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
+        if initializers:
+            run_private([self.shadow.private_fetch(op) for op in initializers])
+
+    def _named(self, culprit: Culprit, guard: SkipGuard, signals, run_private) -> None:
         trajectory = guard.episode.trajectory()
         heal = Heal(nodes=list(culprit.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
@@ -292,7 +330,7 @@ class StepWatch:
             return
         report = self.shadow.heal(culprit.half_nodes)
         self.heals.append(heal)
-        reset_loss_scales(signals)
+        self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
@@ -319,6 +357,20 @@ class StepWatch:
             "large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
             "initial_loss_scale=%g)) starts where this run settled (said once)"
             % (episode.trajectory(), scale, self.shadow.dtype, scale))
+
+    def _say_variables_not_finite(self, names: List[str], guard: SkipGuard) -> None:
+        if self._said_variables:
+            return
+        self._said_variables = True
+        _logger.warning(
+            "tfamp_rewrite: training steps are being skipped (loss scale %s) because the model's "
+            "own weights are not finite: trainable variable %s holds inf/nan%s, so the forward "
+            "pass is not finite in float32 either. Mixed precision did not cause it, and no loss "
+            "scale or float32 node can undo it: nothing is healed. Look at where the weights "
+            "diverged (a checkpoint restored from a run that diverged, an assignment, or a "
+            "float32 update that overflowed)" % (
+                guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3]),
+                " (and %d more)" % (len(names) - 3) if len(names) > 3 else ""))
 
     def _nothing_found(self, guard: SkipGuard) -> None:
         _logger.warning(

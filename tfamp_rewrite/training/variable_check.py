@@ -1,0 +1,42 @@
+"""Do the model's own weights hold inf/nan?  Asked when loss-scaled steps keep being skipped.
+
+A weight that is already inf or nan -- restored from a checkpoint of a run that diverged,
+assigned by the program, or left by a float32 update that overflowed -- makes every
+forward pass non-finite, in float32 as in half.  Then no loss scale, and no node kept
+float32, can help, and a diagnosis that blamed a half tensor would be wrong.
+
+``VariableCheck(user_graph, private_graph, private_fetch)`` adds, in the session's private
+graph, one ``reduce_all(is_finite(value))`` per floating trainable variable of the user's
+graph; ``nonfinite(run_private)`` runs them and returns the names of the variables that
+are not finite, in the collection's order.  Nothing is added to the user's graph.
+"""
+from __future__ import annotations
+
+from typing import Callable, List
+
+import tensorflow as tf
+
+SCOPE = "tfamp_variable_check"
+
+
+class VariableCheck:
+    """Finite checks of one private graph's copy of the trainable variables (module docstring)."""
+
+    def __init__(self, user_graph, private_graph, private_fetch: Callable):
+        variables = [v for v in user_graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+                     if v.dtype.base_dtype.is_floating]
+        self.names = [v.op.name for v in variables]
+        self._flags = []
+        with private_graph.as_default(), tf.name_scope(SCOPE):
+            for variable in variables:
+                stored = private_fetch(user_graph.get_tensor_by_name(variable.name))
+                if stored.dtype == tf.resource:  # the handle: read the value
+                    stored = tf.raw_ops.ReadVariableOp(resource=stored, dtype=variable.dtype.base_dtype)
+                self._flags.append(tf.reduce_all(tf.math.is_finite(stored)))
+
+    def nonfinite(self, run_private: Callable) -> List[str]:
+        """Names of the variables holding inf/nan now; ``run_private(fetches)`` runs the
+        private graph's ``fetches`` and returns their values."""
+        if not self._flags:
+            return []
+        return [name for name, finite in zip(self.names, run_private(self._flags)) if not finite]
