@@ -316,6 +316,25 @@ def test_tensorflows_own_amp_is_switched_off(monkeypatch):
     assert config_without_tf_amp(config).graph_options.rewrite_options.auto_mixed_precision_cpu == 2
 
 
+def test_a_config_switching_tensorflows_amp_off_keeps_that_session_float32(cpu_target, monkeypatch,
+                                                                            caplog):
+    """NVIDIA's variables and TensorFlow's enable_mixed_precision_graph_rewrite leave a session
+    whose config says auto_mixed_precision OFF unconverted; so does this one, and says so."""
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    off = tf1.ConfigProto()
+    off.graph_options.rewrite_options.auto_mixed_precision = 2  # OFF
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        for _ in range(2):
+            with Session(graph=probe_graph(), config=off) as session:
+                assert np.isfinite(session.run("relu:0", FEED)).all()  # float32: no overflow
+    said = [r.getMessage() for r in caplog.records if "auto_mixed_precision to OFF" in r.getMessage()]
+    assert len(said) == 1
+    on = tf1.ConfigProto()
+    on.graph_options.rewrite_options.auto_mixed_precision = 1  # ON: ours rewrites, TensorFlow's does not
+    with Session(graph=probe_graph(), config=on) as session:
+        assert np.isinf(session.run("relu:0", FEED)).all()
+
+
 def training_graph():
     """Dense layers trained with Momentum (variables + slots), and a Saver over all of them."""
     graph = tf.Graph()

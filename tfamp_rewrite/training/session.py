@@ -9,7 +9,9 @@ else (``sess.graph``, ``Tensor.eval()``, ``Operation.run()``, ``as_default()``, 
 hooks) it is the user's session: ``sess.graph`` is the user graph.
 
 TensorFlow's own AMP rewrite is switched off in the config the session passes on, so
-nothing is rewritten twice.  Without a GPU of compute capability >= 7.0 (8.0 for
+nothing is rewritten twice.  A config that switches it off itself
+(``rewrite_options.auto_mixed_precision = OFF``) keeps that session float32, as it does
+for TensorFlow's pass and NVIDIA's variables, and that is said once.  Without a GPU of compute capability >= 7.0 (8.0 for
 bfloat16) the session runs the user graph unchanged and logs once why -- unless the
 rewrite target is ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or ``set_rewrite_target``).
 The dtype is ``Session(dtype=...)``, else ``TFAMP_REWRITE_DTYPE``, else float16; half
@@ -26,7 +28,7 @@ import threading
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import config_pb2
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 from tensorflow.python.util import nest
 
 from ..doctor.limits import limits_for
@@ -56,13 +58,19 @@ class _RewritingSession:
         self._inner = threading.local()
         self._unscaled = UnscaledTrainingWatch()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
-                                         session_compat(compat))
+                                         session_compat(compat), config)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
-    def _make_shadow(self, dtype: str, numerics: str, compat: str):
+    def _make_shadow(self, dtype: str, numerics: str, compat: str, config):
         """The ShadowGraph this session runs, or None (the user graph runs unchanged)."""
+        if config is not None and config.graph_options.rewrite_options.auto_mixed_precision == \
+                rewriter_config_pb2.RewriterConfig.OFF:
+            log_once("tfamp_rewrite: a session's config sets graph_options.rewrite_options."
+                     "auto_mixed_precision to OFF, so that session runs its graph unchanged, in "
+                     "float32, as TensorFlow's own pass would (loss scaling, if on, stays)")
+            return None
         rewrite_target, why = session_rewrite_target(dtype)
         if not rewrite_target:
             log_once("tfamp_rewrite: " + why)
