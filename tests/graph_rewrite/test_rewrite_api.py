@@ -55,6 +55,9 @@ def placed_graph(device):
 @pytest.mark.parametrize("device,target,converted", [
     ("", "gpu", True), ("/device:GPU:0", "gpu", True), ("/job:worker/task:0/device:CPU:0", "gpu", False),
     ("/cpu:0", "cpu", True), ("/gpu:0", "cpu", True), ("", "cpu", True),
+    # pinned to a task only, as replica_device_setter and an Estimator's TF_CONFIG pin them
+    ("/job:worker/task:1", "gpu", True), ("/job:worker/replica:0/task:0", "cpu", True),
+    ("/job:worker/task:0/cpu:0", "gpu", False),
 ])
 def test_placement_decides_eligibility(device, target, converted):
     result = rewrite_graph_def(placed_graph(device), fetches=["out"], target=target)

@@ -26,20 +26,25 @@ TARGETS = ("gpu", "cpu")
 SCOPE_EXCLUDE_ATTR = "_AutoMixedPrecisionScopeInclude"
 # Marks a node emulation.py runs as float32 for a half one: a later rewrite leaves it be.
 EMULATED_ATTR = "_AutoMixedPrecisionEmulated"
-_DEVICE_TYPE = re.compile(r"(?:^|/)(?:device:)?([A-Za-z_]+):(?:\d+|\*)$")
+# One part of a device string naming a device: "device:GPU:0", "device:CPU:*", legacy "gpu:0".
+_DEVICE_PART = re.compile(r"^(?:device:)?([A-Za-z_]+):(?:\d+|\*)$")
+_TASK_PARTS = ("job", "replica", "task")  # where a node runs, not on which kind of device
 
 
 def device_type(device: str) -> str:
-    """Upper-case device type of a device string, or ``""`` when the node is unplaced.
+    """Upper-case device type of a device string, or ``""`` when it names none -- an
+    unplaced node, or one pinned to a task only, as ``replica_device_setter`` pins them.
 
     >>> device_type("/job:w/replica:0/task:0/device:GPU:0"), device_type("/cpu:0")
     ('GPU', 'CPU')
+    >>> device_type("/job:worker/task:1"), device_type("/job:ps/replica:0")
+    ('', '')
     """
-    if not device:
-        return ""
-    last = device.rstrip("/").rsplit("/", 1)[-1]
-    match = _DEVICE_TYPE.search("/" + last)
-    return match.group(1).upper() if match else ""
+    for part in reversed(device.split("/")):
+        match = _DEVICE_PART.match(part)
+        if match and match.group(1).lower() not in _TASK_PARTS:
+            return match.group(1).upper()
+    return ""
 
 
 def node_eligibility(nodes, target: str, preserved: Mapping[str, str]
