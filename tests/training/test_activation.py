@@ -202,6 +202,40 @@ def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, 
         assert not warnings
 
 
+@pytest.mark.parametrize("update", ["assign", "assign_sub"])
+def test_an_optimizer_assigning_its_own_updates_is_said_to_train_unscaled(monkeypatch, caplog, update):
+    """BERT's AdamWeightDecayOptimizer overrides apply_gradients and assigns the new values,
+    from gradients tf.gradients computed: nothing wraps it, so its run must be named."""
+    from tfamp_rewrite.training import devices
+
+    class AssigningOptimizer(tf1.train.Optimizer):
+        def __init__(self):
+            super().__init__(False, "Assigning")
+
+        def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+            return tf.group(*[getattr(v, update)(g * 0.1 if update == "assign_sub" else v - 0.1 * g)
+                              for g, v in grads_and_vars], name=name)
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 1.0])
+        counter = tf1.get_variable("counter", initializer=0.0, trainable=False)
+        loss = tf.reduce_sum(w * w)
+        train = AssigningOptimizer().apply_gradients(zip(tf.gradients(loss, [w]), [w]))
+        count = counter.assign_add(1.0)  # an assignment, but no update: not from a gradient
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(count)
+        assert not [r for r in caplog.records if "without loss scaling" in r.getMessage()]
+        session.run(train)
+    (warning,) = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
+    assert "1 update op(s)" in warning and "as BERT's does" in warning
+
+
 def test_an_explicitly_wrapped_optimizer_is_scaled_once():
     activation.enable_loss_scaling()
     graph, *_ = _train_step_graph(wrap=tfamp_rewrite.LossScaleOptimizer)

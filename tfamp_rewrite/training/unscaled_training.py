@@ -3,7 +3,8 @@
 Automatic loss scaling (``TF_ENABLE_AUTO_MIXED_PRECISION=1``, ``tfamp-run``) wraps
 ``tf.compat.v1.train`` optimizers.  A graph updated by anything else -- a Keras optimizer
 (``model.compile("adam")``), an optimizer built before loss scaling was switched on or with
-it switched off -- computes its float16 gradients from an unscaled loss, where values below
+it switched off, a subclass whose own ``apply_gradients`` assigns the new values (BERT's
+``AdamWeightDecayOptimizer``) -- computes its float16 gradients from an unscaled loss, where values below
 float16's smallest subnormal (6e-8) flush to zero.  It still trains, so nothing fails; the
 session says it once, at the first run that computes such an update (a graph loaded only to
 serve, whose train op never runs, is not trained and is not warned about).
@@ -19,21 +20,46 @@ from .shadow_graph import ancestors
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
+_ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSubVariableOp",
+               "AssignAddVariableOp")
+_GRADIENT_SCOPE = re.compile(r"^gradients(_\d+)?/")  # tf.gradients' default name scope
 _VARIABLE_OPS = ("VariableV2", "VarHandleOp")
 
 
 def unscaled_updates(graph, dtype: str) -> List:
     """The update ops of ``graph`` if it runs in float16 with none of its updates loss-scaled
-    (and no Keras loss scale of its own), else an empty list."""
+    (and no Keras loss scale of its own), else an empty list: the optimizers' ``Apply*`` ops,
+    and assignments to a trainable variable of values computed from ``tf.gradients``."""
     if dtype != "float16" or step_signals(graph):
         return []
-    updates = []
+    updates, assigns = [], []
     for op in graph.get_operations():
         if _UPDATE_OP.match(op.type):
             updates.append(op)
+        elif op.type in _ASSIGN_OPS:
+            assigns.append(op)
         elif op.type in _VARIABLE_OPS and "loss_scale" in op.name:  # Keras' LossScaleOptimizer
             return []
+    if assigns:
+        trainable = {v.op.name for v in graph.get_collection("trainable_variables")}
+        assigns = [op for op in assigns if op.inputs[0].op.name in trainable]
+    if assigns:
+        from_gradients = _downstream_of_gradients(graph)
+        updates.extend(op for op in assigns if op in from_gradients)
     return updates
+
+
+def _downstream_of_gradients(graph) -> set:
+    """The operations that read, directly or not, an op of ``tf.gradients``' name scope."""
+    stack = [op for op in graph.get_operations() if _GRADIENT_SCOPE.match(op.name)]
+    reached = set()
+    while stack:
+        op = stack.pop()
+        if op in reached:
+            continue
+        reached.add(op)
+        stack.extend(consumer for output in op.outputs for consumer in output.consumers())
+    return reached
 
 
 class UnscaledTrainingWatch:
@@ -69,6 +95,9 @@ class UnscaledTrainingWatch:
             "op(s) (e.g. '%s', %s) comes from a loss-scaled optimizer, so float16 gradients below "
             "6e-8 flush to zero. Automatic loss scaling (TF_ENABLE_AUTO_MIXED_PRECISION=1) covers "
             "the tf.compat.v1.train optimizers built while it is on; wrap a Keras optimizer in %s, "
-            "another in tfamp_rewrite.LossScaleOptimizer."
-            % (len(computed), computed[0], self._updates[computed[0]], loss_scale_optimizer_name()))
+            "another in tfamp_rewrite.LossScaleOptimizer%s."
+            % (len(computed), computed[0], self._updates[computed[0]], loss_scale_optimizer_name(),
+               " and take the gradients from its compute_gradients (an optimizer whose own "
+               "apply_gradients assigns the new values, as BERT's does, is not wrapped "
+               "automatically)" if self._updates[computed[0]] in _ASSIGN_OPS else ""))
 
