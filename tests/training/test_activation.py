@@ -243,6 +243,32 @@ def test_an_explicitly_wrapped_optimizer_is_scaled_once():
         assert len([v for v in tf1.global_variables() if "current_loss_scale" in v.name]) == 1
 
 
+def test_tensorflows_own_loss_scale_optimizer_is_scaled_once(monkeypatch, caplog):
+    """NVIDIA's docs told TF1 users to call TensorFlow's enable_mixed_precision_graph_rewrite,
+    often with TF_ENABLE_AUTO_MIXED_PRECISION=1 set as well: scaled twice (2**15 * 2**15), the
+    optimizer it wraps overflowed at every step and training froze."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+
+    def tensorflows(opt):
+        return tf1.train.experimental.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+
+    graph, train, init, w, scale_input = _train_step_graph(wrap=tensorflows)
+    with graph.as_default():
+        scales = [v.op.name for v in tf1.global_variables() if "current_loss_scale" in v.name]
+        step = tf1.train.get_global_step()
+    assert scales == ["current_loss_scale"]  # TensorFlow's; none of ours inside it
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), tf1.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(3):
+            session.run(train, {scale_input: 1.0})
+        assert session.run(step) == 3 and session.run(w)[0] < 1.0
+    (line,) = [r.getMessage() for r in caplog.records if "MixedPrecisionLossScaleOptimizer" in r.getMessage()]
+    assert "leaves that optimizer alone" in line
+
+
 def test_deactivate_restores_tensorflow_exactly():
     optimizer_class = tf1.train.Optimizer
     originals = {name: optimizer_class.__dict__[name]

@@ -21,6 +21,13 @@
   session's step watch is still working on it (step_watch.py): no variable changed, and a
   float16 forward overflow is healed a few steps later.  Once the watch can do no more, the
   hook stops training as TensorFlow's does.
+* TensorFlow's own ``MixedPrecisionLossScaleOptimizer`` (what
+  ``tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite`` returns, as
+  NVIDIA's docs told TF1 users to call): while either is on, the optimizer it wraps is not
+  scaled again -- the loss is scaled once, by TensorFlow's, whose skipped steps the session
+  does not watch; said once.
+* ``tf.add_check_numerics_ops``: while either is on, it leaves out the ops of the loss
+  scaling's skip cond, which TensorFlow's version refuses under TF1 control flow.
 * Warm starts: while either is on, ``tf.compat.v1.train.warm_start`` (and an Estimator's
   ``WarmStartSettings``) given a list of patterns, which match every global variable,
   leaves the loss scale's variables out, and says so once: mixed precision added them,
@@ -44,6 +51,7 @@ first imports TensorFlow).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 from typing import Dict, Mapping
@@ -215,7 +223,14 @@ def _replace_helpers() -> None:
     from tensorflow.python.training import warm_starting_util
 
     _replace(warm_starting_util, _WARM_START_GROUPS, _without_loss_scales)
+    numerics = importlib.import_module("tensorflow.python.ops.numerics")
+    for owner in (numerics, _tensorflow_v1(), importlib.import_module("tensorflow")):
+        _replace(owner, "add_check_numerics_ops", _outside_the_skip_cond)
     _replace(_tensorflow_v1().train.NanTensorHook, "before_run", _counting_step_runs)
+    tensorflows_scaler = importlib.import_module(
+        "tensorflow.python.training.experimental.loss_scale_optimizer").MixedPrecisionLossScaleOptimizer
+    for name in ("compute_gradients", "apply_gradients"):
+        _replace(tensorflows_scaler, name, _scaling_once)
     _replace(_tensorflow_v1().train.NanTensorHook, "after_run", _waiting_for_skipped_steps)
 
 
@@ -258,6 +273,65 @@ def _without_loss_scales(original):
         return {name: group for name, group in groups.items() if name not in ours}
 
     return grouped_variables
+
+
+def _outside_the_skip_cond(original):
+    """``add_check_numerics_ops`` as TensorFlow's, but for the ops of the loss scaling's skip
+    cond, which TensorFlow's refuses (it cannot check inside a TF1 cond) and which run only
+    in applied steps; what it leaves out is said once."""
+    @functools.wraps(original)
+    def add_check_numerics_ops():
+        import tensorflow as tf
+
+        from .step_signals import in_skip_cond
+
+        graph = tf.compat.v1.get_default_graph()
+        skipped = [op for op in graph.get_operations() if in_skip_cond(op)]
+        if not skipped or tf.executing_eagerly():
+            return original()
+        from .devices import log_once
+
+        log_once("tfamp_rewrite: tf.add_check_numerics_ops() leaves out the %d op(s) of the loss "
+                 "scaling's skip cond (e.g. '%s'), which TensorFlow's version refuses; the "
+                 "gradients they apply are checked before it" % (len(skipped), skipped[0].name))
+        skipped = set(skipped)
+        checks = []
+        for op in graph.get_operations():  # producers before consumers, as TensorFlow's relies on
+            if op in skipped:
+                continue
+            for output in op.outputs:
+                if output.dtype not in (tf.float16, tf.float32, tf.float64):
+                    continue
+                if op._get_control_flow_context() is not None:  # pylint: disable=protected-access
+                    raise ValueError("`tf.add_check_numerics_ops() is not compatible with TensorFlow "
+                                     "control flow operations such as `tf.cond()` or `tf.while_loop()`.")
+                with tf.control_dependencies(checks):
+                    checks = [tf.debugging.check_numerics(
+                        output, message="%s:%d" % (op.name, output.value_index))]
+        return tf.group(*checks)
+
+    return add_check_numerics_ops
+
+
+def _scaling_once(original):
+    """TensorFlow's MixedPrecisionLossScaleOptimizer calls the optimizer it wraps as a
+    LossScaleOptimizer does: that optimizer must not scale its loss again."""
+    @functools.wraps(original)
+    def delegating(self, *args, **kwargs):
+        from . import loss_scale_optimizer
+        from .devices import log_once
+
+        if _loss_scaling:
+            log_once("tfamp_rewrite: TensorFlow's MixedPrecisionLossScaleOptimizer (from "
+                     "tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite) scales "
+                     "the loss of the optimizer it wraps, so automatic loss scaling leaves that "
+                     "optimizer alone; its skipped steps are TensorFlow's, which the session does "
+                     "not watch -- tfamp_rewrite.enable_mixed_precision_graph_rewrite(opt) wraps "
+                     "with loss scaling it watches")
+        with loss_scale_optimizer.delegation():
+            return original(self, *args, **kwargs)
+
+    return delegating
 
 
 def _counting_step_runs(original):

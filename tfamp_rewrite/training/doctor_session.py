@@ -50,8 +50,8 @@ class ProbedGraph(ShadowGraph):
 class _DoctorSession(_RewritingSession):
     """Mixin over a TensorFlow session class; see the module docstring."""
 
-    def _make_shadow(self, dtype, numerics, compat):
-        del dtype, numerics, compat  # the doctor run's settings decide
+    def _make_shadow(self, dtype, numerics, compat, config, target):
+        del dtype, numerics, compat, config, target  # the doctor run's settings decide
         doctor = getattr(self, "doctor_run", None)  # set when activation constructs it
         if doctor is None:
             raise RuntimeError("a probing session is made by tf.compat.v1.Session() while a doctor run "

@@ -85,7 +85,8 @@ def delegating() -> bool:
 
 
 @contextlib.contextmanager
-def _delegating():
+def delegation():
+    """Marks, on this thread, a loss-scaling wrapper calling the optimizer it wraps."""
     _delegation.depth = getattr(_delegation, "depth", 0) + 1
     try:
         yield
@@ -363,7 +364,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     ):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
         scale = self._current_scale()
-        with _delegating():
+        with delegation():
             grads_and_vars = list(self._optimizer.compute_gradients(
                 _scaled_loss(loss, scale),
                 var_list=var_list,
@@ -401,7 +402,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             with _tf.control_dependencies([scale_used.op]):
                 update_op, should_apply = self._loss_scale.update(all_finite)
         step_signals.register(scale_used.graph, step_signals.StepSignal(
-            all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale))
+            all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
+            should_apply=None if isinstance(should_apply, bool) else should_apply))
 
         # Inside the cond the name scope gains "cond/" (TF1) or starts afresh (a cond_v2
         # branch), and variables the wrapped optimizer creates there (Adam's beta1_power)
@@ -409,7 +411,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         callers_scope = _tf.get_default_graph().get_name_scope()
 
         def apply():
-            with _tf.name_scope(callers_scope + "/" if callers_scope else None), _delegating():
+            with _tf.name_scope(callers_scope + "/" if callers_scope else None), delegation():
                 return self._optimizer.apply_gradients(grads_and_vars, global_step, name + "-wrapped")
 
         def skip():
@@ -465,7 +467,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
 
     def variables(self):
         """The wrapped optimizer's variables and the loss scale's, in the default graph."""
-        with _delegating():
+        with delegation():
             wrapped = self._optimizer.variables()  # holds the loss scale's where it is _state_owner
         return wrapped + [v for v in self._loss_scale.variables() if not any(v is w for w in wrapped)]
 

@@ -11,9 +11,11 @@ hooks) it is the user's session: ``sess.graph`` is the user graph.
 TensorFlow's own AMP rewrite is switched off in the config the session passes on, so
 nothing is rewritten twice.  A config that switches it off itself
 (``rewrite_options.auto_mixed_precision = OFF``) keeps that session float32, as it does
-for TensorFlow's pass and NVIDIA's variables, and that is said once.  Without a GPU of compute capability >= 7.0 (8.0 for
-bfloat16) the session runs the user graph unchanged and logs once why -- unless the
-rewrite target is ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or ``set_rewrite_target``).
+for TensorFlow's pass and NVIDIA's variables, and that is said once.  Without a GPU of
+compute capability >= 7.0 (8.0 for bfloat16) the session runs the user graph unchanged
+and logs once why -- unless the rewrite target is ``cpu`` (``TFAMP_REWRITE_TARGET=cpu`` or
+``set_rewrite_target``).  A session on a server (a non-empty target) uses stock TensorFlow
+ops only, as its tasks may run in processes that never loaded the op library.
 The dtype is ``Session(dtype=...)``, else ``TFAMP_REWRITE_DTYPE``, else float16; half
 nodes run half kernels unless ``Session(numerics="emulate")`` or
 ``TFAMP_REWRITE_NUMERICS=emulate`` asks for float32 kernels on values rounded to half.
@@ -34,7 +36,9 @@ from tensorflow.python.util import nest
 from ..doctor.limits import limits_for
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
+from . import step_watch
 from .checkpoint_restore import restore_feeds
+from .deferred_checks import DeferredChecks
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
@@ -58,12 +62,13 @@ class _RewritingSession:
         self._inner = threading.local()
         self._unscaled = UnscaledTrainingWatch()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
-                                         session_compat(compat), config)
+                                         session_compat(compat), config, target)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
+        self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
-    def _make_shadow(self, dtype: str, numerics: str, compat: str, config):
+    def _make_shadow(self, dtype: str, numerics: str, compat: str, config, target):
         """The ShadowGraph this session runs, or None (the user graph runs unchanged)."""
         if config is not None and config.graph_options.rewrite_options.auto_mixed_precision == \
                 rewriter_config_pb2.RewriterConfig.OFF:
@@ -75,7 +80,8 @@ class _RewritingSession:
         if not rewrite_target:
             log_once("tfamp_rewrite: " + why)
             return None
-        return ShadowGraph(self._user_graph, rewrite_target, dtype, numerics, compat)
+        return ShadowGraph(self._user_graph, rewrite_target, dtype, numerics, compat,
+                           session_target=target.decode() if isinstance(target, bytes) else target)
 
     def _make_watch(self, auto_fix: bool):
         """The StepWatch over this session's loss-scaled steps (None when not rewriting)."""
@@ -174,14 +180,22 @@ class _RewritingSession:
                                "calling run().")
         self._sync()
         mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
-        self._unscaled.before_run(fetch_elements(mapped))
-        watched = (None if self._watch is None
-                   else self._watch.extra_fetches(fetch_elements(mapped), _fed_tensors(feeds)))
-        if watched is None:
+        elements, fed = fetch_elements(mapped), _fed_tensors(feeds)
+        self._unscaled.before_run(elements)
+        watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
+        checks = self._checks.fetches(elements, fed)
+        if watched is None and checks is None:
             return self._call_base(super().run, mapped, feeds, options, run_metadata)
-        extra, probe_ids = watched
+        extra, probe_ids = watched if watched is not None else ({}, ())
+        if checks is not None:
+            extra = dict(extra, checks=checks[1])
+        steps_before = step_watch.step_runs_so_far()
         values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
-        self._watch.after_run(extra_values, probe_ids, self._run_private)
+        if watched is not None:
+            self._watch.after_run(extra_values, probe_ids, self._run_private)
+        if checks is not None:
+            skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
+            self._checks.after_run(checks[0], extra_values["checks"], skipped)
         return values
 
     def _run_private(self, fetches):
@@ -193,7 +207,11 @@ class _RewritingSession:
             return super().partial_run_setup(fetches, feeds)
         self._sync()
         feeds = None if feeds is None else self._map_feed_list(feeds)
-        return self._call_base(super().partial_run_setup, self._map_fetches(fetches), feeds)
+        mapped = self._map_fetches(fetches)
+        fed = [] if feeds is None else feeds if isinstance(feeds, list) else [feeds]
+        self._checks.say_unchecked_in_partial_runs(
+            fetch_elements(mapped), [t for t in fed if isinstance(t, tf.Tensor)])
+        return self._call_base(super().partial_run_setup, mapped, feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):
         if self._shadow is None:
@@ -228,10 +246,12 @@ class _RewritingSession:
         steps = (None if self._watch is None else
                  self._watch.step_fetches(fetches + targets, [t for t in feeds if isinstance(t, tf.Tensor)]))
         step_tensors = nest.flatten(steps) if steps else []
+        checks = self._checks.fetches(fetches + targets, [t for t in feeds if isinstance(t, tf.Tensor)])
+        check_tensors = [checks[1]] if checks else []
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
         _replace(mapped.feed, [t.name for t in feeds])
-        _replace(mapped.fetch, [t.name for t in fetches + step_tensors])
+        _replace(mapped.fetch, [t.name for t in fetches + step_tensors + check_tensors])
         _replace(mapped.target, [op.name for op in targets])
         for connection in mapped.tensor_connection:
             connection.from_tensor = shadow.private_fetch(connection.from_tensor).name
@@ -243,11 +263,15 @@ class _RewritingSession:
         def run_private(*values, **kwargs):
             values = [shadow.fed_value(feed, value if dtype is None else np.asarray(value, dtype))
                       for (feed, dtype), value in zip(conversions, values)]
+            steps_before = step_watch.step_runs_so_far()
             results = run(*values, **kwargs)
-            if not steps:
-                return results
-            step_values = nest.pack_sequence_as(steps, list(results[len(fetches):]))
-            self._watch.after_run({"steps": step_values}, (), self._run_private)
+            if steps:
+                step_values = nest.pack_sequence_as(
+                    steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
+                self._watch.after_run({"steps": step_values}, (), self._run_private)
+            if checks:
+                self._checks.after_run(checks[0], results[-1], step_watch.skipped_while_recovering_since(
+                    self._user_graph, steps_before))
             return results[:len(fetches)]
 
         return run_private

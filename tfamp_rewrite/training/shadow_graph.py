@@ -36,10 +36,12 @@ from ..graph_rewrite.graph_view import GraphView, parse_input
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
+from .check_deferral import defer_checks
 from .devices import log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
+from .step_signals import step_signals
 from .user_log import LOGGER_NAME, log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -50,8 +52,11 @@ class ShadowGraph:
     """A private graph holding the rewrite of ``user_graph`` (see module docstring)."""
 
     def __init__(self, user_graph: tf.Graph, target: str, dtype: str = "float16",
-                 numerics: str = "native", compat: str = AUTO):
+                 numerics: str = "native", compat: str = AUTO, session_target: str = ""):
         self.user_graph = user_graph
+        # A session on a server ("grpc://...") may place nodes in processes that never
+        # loaded the op library: the private graph then uses stock TensorFlow ops only.
+        self.session_target = session_target or ""
         self.graph = tf.Graph()
         self.target = target
         self.dtype = dtype
@@ -62,6 +67,7 @@ class ShadowGraph:
         self._round_when_fed: set = set()    # private tensors whose fed values are rounded to half
         self.reports: List[RewriteReport] = []
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
+        self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
         self.last_rewrite = None             # (user GraphDef, RewriteResult) of the latest import
         self._scope = ""                     # name scope of the current generation ("" first)
         self._generation = 0
@@ -84,6 +90,7 @@ class ShadowGraph:
             graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=bool(self._scope))
             to_import = self._graph_to_import(graph_def, result)
+            deferred = self._defer_checks(to_import)
             if self._scope:  # after a heal, growth is imported as a whole new generation
                 self._import_generation(to_import)
             elif self._imported:
@@ -94,6 +101,7 @@ class ShadowGraph:
                 self._imported.update(node.name for node in to_import.node)
             self._version = version
             self.last_rewrite = (graph_def, result)
+            self._note_deferred(deferred)
             self._synced(graph_def, result)
 
     def heal(self, nodes) -> RewriteReport:
@@ -104,7 +112,10 @@ class ShadowGraph:
             self.kept_float32.update(nodes)
             graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=True)
-            self._import_generation(self._graph_to_import(graph_def, result))
+            to_import = self._graph_to_import(graph_def, result)
+            deferred = self._defer_checks(to_import)
+            self._import_generation(to_import)
+            self._note_deferred(deferred)
             self._version = self.user_graph.version
             self.last_rewrite = (graph_def, result)
             return result.report
@@ -114,7 +125,9 @@ class ShadowGraph:
         summaries leave non-finite values out (finite_histograms.py; said once), and the
         loss scaling's unscale and finite check run as the fused op (fusable.py)."""
         graph_def = self.user_graph.as_graph_def()
-        _fuse_unscaling(graph_def)
+        if self._ops_library_usable("the loss scaling's unscale and finite check run as stock "
+                                    "TensorFlow ops"):
+            _fuse_unscaling(graph_def)
         filtered = filter_non_finite(graph_def)
         if filtered:
             one = len(filtered) == 1
@@ -123,6 +136,38 @@ class ShadowGraph:
                      "step's gradients and an overflowing float16 value are"
                      % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""))
         return graph_def
+
+    def _ops_library_usable(self, instead: str) -> bool:
+        """False for a session on a server, whose tasks may run in processes that did not
+        load the op library; says once what happens ``instead``."""
+        if not self.session_target:
+            return True
+        log_once("tfamp_rewrite: a session on %r: %s, not the op library's ops, as its tasks may "
+                 "run in processes that never loaded the library" % (self.session_target, instead))
+        return False
+
+    def _defer_checks(self, to_import) -> List[str]:
+        """Defers ``to_import``'s CheckNumerics outside TF1 control flow (deferred_checks.py),
+        when the user graph holds a loss-scaled step; returns their names."""
+        if not step_signals(self.user_graph):
+            return []
+
+        def outside_control_flow(name: str) -> bool:
+            return self.user_graph.get_operation_by_name(name)._get_control_flow_context() is None
+
+        return defer_checks(to_import, outside_control_flow)
+
+    def _note_deferred(self, deferred: List[str]) -> None:
+        """Records the deferred checks the private graph now runs as Identity (one imported
+        before the graph had a loss-scaled step stays TensorFlow's); says so once."""
+        now = {name for name in deferred
+               if self.graph.get_operation_by_name(self.private_name(name)).type == "Identity"}
+        if now - self.deferred_checks:
+            log_once("tfamp_rewrite: %d check_numerics (e.g. '%s') wait for the loss scaling: a "
+                     "skipped step's gradients and an overflowing %s value are inf/nan by design, "
+                     "so a check fails the run only when its step was applied or the session "
+                     "cannot act on it" % (len(now), sorted(now)[0], self.dtype))
+        self.deferred_checks |= now
 
     def _rewrite(self, graph_def, whole: bool):
         """The rewrite of ``graph_def`` (healed nodes kept float32), recorded in ``reports``.
@@ -134,7 +179,8 @@ class ShadowGraph:
         result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
                                    numerics=self.numerics, compat=self.compat,
                                    nodes_to_exclude=sorted(self.kept_float32 & known))
-        if result.report.emulation is not None and round_to_half_available():
+        if result.report.emulation is not None and round_to_half_available() and \
+                self._ops_library_usable("emulated numerics round with Cast pairs"):
             use_rounding_op(result.graph_def, result.report.emulation)
         self.reports.append(result.report)
         if result.report.emulation is not None:

@@ -1,0 +1,137 @@
+"""check_numerics waits for the loss scaling in a rewriting session (deferred_checks.py).
+
+A loss-scaled step whose gradients overflow is skipped by design, and TensorFlow's
+CheckNumerics would fail that run; a genuine inf/nan still fails it, with TensorFlow's
+message, once the session cannot act on it.  tf.add_check_numerics_ops() leaves the skip
+cond's ops out where TensorFlow's version refuses the graph.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+import tfamp_rewrite
+from tfamp_rewrite.training import activation, devices
+
+tf1 = tf.compat.v1
+
+
+@pytest.fixture(autouse=True)
+def cpu_amp(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())
+
+
+@contextlib.contextmanager
+def tf1_control_flow():
+    """Switch/Merge conds, as TensorFlow 1.15 builds them (this process may run 2.x's)."""
+    was_v2 = tf1.control_flow_v2_enabled()
+    tf1.disable_control_flow_v2()
+    try:
+        yield
+    finally:
+        if was_v2:
+            tf1.enable_control_flow_v2()
+
+
+def summed_loss_net(check_gradients=False, check_logits=False):
+    """x [64, 32] -> dense 64 relu -> dense 1; loss = sum((pred - y)^2): at the initial loss
+    scale (2**15) the scaled gradients overflow float16, at a lower one they fit."""
+    graph = tf.Graph()
+    parts = {"graph": graph}
+    with graph.as_default():
+        tf1.set_random_seed(0)
+        x = parts["x"] = tf1.placeholder(tf.float32, [64, 32], name="x")
+        y = tf1.placeholder(tf.float32, [64, 1], name="y")
+        hidden = tf1.layers.dense(x, 64, tf.nn.relu, name="hidden")
+        pred = tf1.layers.dense(hidden, 1, name="pred")
+        if check_logits:
+            pred = parts["checked"] = tf.debugging.check_numerics(pred, "pred is not finite")
+        parts["loss"] = tf.reduce_sum(tf.square(pred - y))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+        grads_and_vars = opt.compute_gradients(parts["loss"])
+        if check_gradients:
+            grads_and_vars = [(tf.debugging.check_numerics(g, "bad gradient " + v.op.name), v)
+                              for g, v in grads_and_vars]
+        parts["global_step"] = tf1.train.get_or_create_global_step()
+        parts["train"] = opt.apply_gradients(grads_and_vars, parts["global_step"])
+        parts["scale"] = opt.loss_scale()
+        parts["init"] = tf1.global_variables_initializer()
+    inputs = np.random.default_rng(0).standard_normal([64, 32]).astype(np.float32)
+    parts["feed"] = {"x:0": inputs, "y:0": inputs[:, :1] * 10}
+    return parts
+
+
+def said(caplog, words):
+    return [r.getMessage() for r in caplog.records if words in r.getMessage()]
+
+
+def test_checked_gradients_of_skipped_steps_do_not_stop_training(caplog):
+    parts = summed_loss_net(check_gradients=True)
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        for _ in range(30):
+            session.run(parts["train"], parts["feed"])
+        steps, scale = session.run([parts["global_step"], parts["scale"]])
+    assert scale < 2 ** 15 and 0 < steps < 30  # steps were skipped, then applied
+    assert len(said(caplog, "check_numerics (e.g. 'CheckNumerics') wait for the loss scaling")) == 1
+    assert len(said(caplog, "a check_numerics saw inf/nan in a step the loss scaling skipped")) == 1
+
+
+def test_a_genuine_nan_fails_the_run_with_tensorflows_message_once_the_session_cannot_act():
+    parts = summed_loss_net(check_logits=True)
+    feed = dict(parts["feed"])
+    feed["x:0"] = feed["x:0"].copy()
+    feed["x:0"][3, 5] = np.nan  # NaN in float32 too: nothing to heal
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            for _ in range(40):
+                session.run(parts["train"], feed)
+        assert session.run(parts["global_step"]) == 0
+    assert raised.value.message == "pred is not finite : Tensor had NaN values"
+    assert raised.value.op is parts["checked"].op  # the user's node, not the private graph's
+
+
+@pytest.mark.parametrize("how", ["run", "callable"])
+def test_a_run_computing_no_step_fails_at_once(how):
+    parts = summed_loss_net(check_logits=True)
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        if how == "run":
+            def evaluate(x):
+                return session.run(parts["checked"], {"x:0": x})
+        else:  # Keras' way in graph mode
+            evaluate = session._make_callable_from_options(
+                config_pb2.CallableOptions(feed=["x:0"], fetch=[parts["checked"].name]))
+        good = parts["feed"]["x:0"]
+        bad = good.copy()
+        bad[0, 0] = np.nan
+        assert np.isfinite(evaluate(good)).all()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="pred is not finite : Tensor had NaN"):
+            evaluate(bad)
+
+
+def test_add_check_numerics_ops_leaves_the_skip_cond_out_and_training_runs(caplog):
+    with tf1_control_flow():
+        parts = summed_loss_net()
+        activation.enable_graph_rewrite()
+        try:
+            with parts["graph"].as_default():
+                check_all = tf1.add_check_numerics_ops()
+        finally:
+            activation.deactivate()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        for _ in range(30):
+            session.run([parts["train"], check_all], parts["feed"])
+        assert 0 < session.run(parts["global_step"]) < 30
+    (line,) = said(caplog, "tf.add_check_numerics_ops() leaves out")
+    assert "of the loss scaling's skip cond (e.g. 'cond/" in line

@@ -1,0 +1,87 @@
+"""The session's side of ``check_numerics`` that waits for the loss scaling.
+
+In a graph with a loss-scaled step, the copy a rewriting session imports runs each
+``CheckNumerics`` as an ``Identity`` with a status beside it (check_deferral.py).
+``DeferredChecks`` fetches the statuses of the checks a run computes, packed into one
+tensor (``fetches(elements, fed)``), and judges them after the run (``after_run``)::
+
+    none inf/nan:                               nothing to do
+    the run skipped its loss-scaled step while the session can still act on it
+      (step_watch.skipped_while_recovering_since): no variable changed; said once
+    otherwise:                                  raises the InvalidArgumentError TensorFlow's
+                                                kernel raises, naming the user's node
+
+Partial runs cannot fetch the statuses: a partial run that computes a deferred check says
+once that it is not evaluated there.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from .check_deferral import STATUS
+from .devices import log_once
+from .shadow_graph import ancestors
+
+
+class DeferredChecks:
+    """A rewriting session's deferred checks (module docstring)."""
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self._key = None
+        self._computed: Dict[tuple, Optional[Tuple[List[str], object]]] = {}
+
+    def fetches(self, elements: Sequence, fed=()) -> Optional[Tuple[List[str], object]]:
+        """``(check names, packed statuses)`` for a run of ``elements`` (private graph), or
+        None when it computes no deferred check."""
+        checks = self.shadow.deferred_checks
+        if not checks:
+            return None
+        key = (self.shadow.private_name(""), len(checks))
+        if key != self._key:
+            self._key = key
+            self._computed.clear()
+        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
+        if run not in self._computed:
+            self._computed[run] = self._plan(elements, fed, sorted(checks))
+        return self._computed[run]
+
+    def _plan(self, elements, fed, checks):
+        private = self.shadow.graph
+        computed = ancestors(elements, {t.name for t in fed})
+        names = [n for n in checks if private.get_operation_by_name(self.shadow.private_name(n)) in computed]
+        if not names:
+            return None
+        statuses = [private.get_tensor_by_name(self.shadow.private_name(n + STATUS) + ":0") for n in names]
+        with private.as_default():
+            packed = tf.stack(statuses, name="tfamp_deferred_checks")
+        return names, packed
+
+    def after_run(self, names: List[str], statuses, skipped_while_recovering: bool) -> None:
+        """Raises TensorFlow's error for the first check that saw inf/nan, unless the run's
+        loss-scaled step was skipped while the session can still act on it."""
+        failing = [(name, nan, inf) for name, (nan, inf) in zip(names, np.asarray(statuses)) if nan or inf]
+        if not failing:
+            return
+        name, nan, inf = failing[0]
+        if skipped_while_recovering:
+            log_once("tfamp_rewrite: a check_numerics saw inf/nan in a step the loss scaling "
+                     "skipped, so no variable changed; the checks wait while the session finds "
+                     "the cause, and fail the run as TensorFlow's do once the session cannot act "
+                     "(said once)")
+            return
+        op = self.shadow.user_graph.get_operation_by_name(name)
+        kind = "Inf and NaN" if nan and inf else "Inf" if inf else "NaN"
+        raise tf.errors.InvalidArgumentError(
+            None, op, "%s : Tensor had %s values" % (op.get_attr("message").decode(), kind))
+
+    def say_unchecked_in_partial_runs(self, elements, fed=()) -> None:
+        """Says once that the deferred checks a partial run computes are not evaluated."""
+        planned = self.fetches(elements, fed)
+        if planned is not None:
+            log_once("tfamp_rewrite: check_numerics %s is not evaluated in partial runs of a "
+                     "rewriting session (its status cannot be fetched there)" % ", ".join(
+                         repr(n) for n in planned[0][:3]))
