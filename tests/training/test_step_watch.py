@@ -299,16 +299,22 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
         session.run(parts["init"])
         train(parts, session, 12)
     assert session.heals
-    written = json.loads(path.read_text())
+    def strict(constant):
+        raise ValueError("not strict JSON: " + constant)
+
+    written = json.loads(path.read_text(), parse_constant=strict)
     assert "logits" in written["kept_float32"] and written["heals"][0]["culprit"] == "logits:0"
     again = overflow_net()
     caplog.clear()
+    monkeypatch.setattr(devices, "_logged", set())
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=again["graph"]) as session:
             session.run(again["init"])
             losses = train(again, session, 3)
     assert session.rewrite_reports[0].decision("logits").dtype == "float32"
     assert np.isfinite(losses[0]) and session.heals == [] and culprit_messages(caplog) == []
+    assert [r for r in caplog.records if "node(s) kept float32 as %s=" % step_watch.HEAL_FILE_ENV
+            in r.getMessage()]
 
 
 def test_heals_stop_at_the_limit_with_a_last_warning(monkeypatch, caplog):

@@ -87,7 +87,11 @@ class _RewritingSession:
         """The StepWatch over this session's loss-scaled steps (None when not rewriting)."""
         if self._shadow is None:
             return None
-        self._shadow.kept_float32.update(read_heal_file())
+        kept = read_heal_file()
+        if kept:
+            log_once("tfamp_rewrite: %d node(s) kept float32 as %s=%s lists them (e.g. '%s')" % (
+                len(kept), HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), kept[0]))
+        self._shadow.kept_float32.update(kept)
         every = monitor_every()
         monitor = (PrecisionMonitor(every, os.environ.get(MONITOR_DIR_ENV) or DEFAULT_DIR,
                                     limits_for(self._shadow.dtype)) if every else None)

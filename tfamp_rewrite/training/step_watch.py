@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -385,7 +386,10 @@ class StepWatch:
         """Writes the kept nodes and the heals to ``heal_file``: a new file renamed into place."""
         if not self.heal_file:
             return
-        data = {"kept_float32": sorted(self.shadow.kept_float32), "heals": [asdict(h) for h in self.heals]}
+        # strict JSON: a culprit's largest |x| that was inf/nan is written as null
+        heals = [dict(asdict(h), max_abs=h.max_abs if math.isfinite(h.max_abs) else None)
+                 for h in self.heals]
+        data = {"kept_float32": sorted(self.shadow.kept_float32), "heals": heals}
         directory = os.path.dirname(os.path.abspath(self.heal_file))
         handle, temporary = tempfile.mkstemp(prefix=".tfamp-heals-", dir=directory)
         try:
