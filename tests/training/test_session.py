@@ -335,6 +335,19 @@ def test_a_config_switching_tensorflows_amp_off_keeps_that_session_float32(cpu_t
         assert np.isinf(session.run("relu:0", FEED)).all()
 
 
+def test_an_inference_run_returning_inf_is_said_once(cpu_target, monkeypatch, caplog):
+    """No loss-scaled step watches a run that only infers: an inf/nan it returns is said."""
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            Session(graph=probe_graph()) as session:
+        assert np.isfinite(session.run("relu:0", {"x:0": np.ones([1, 4], np.float32)})).all()
+        assert not [r for r in caplog.records if "returned inf/nan" in r.getMessage()]
+        for _ in range(2):
+            assert np.isinf(session.run({"out": ["relu:0"]}, FEED)["out"][0]).all()
+    (line,) = [r.getMessage() for r in caplog.records if "returned inf/nan" in r.getMessage()]
+    assert "returned inf/nan in 'relu:0' and computed no loss-scaled step" in line
+
+
 def training_graph():
     """Dense layers trained with Momentum (variables + slots), and a Saver over all of them."""
     graph = tf.Graph()

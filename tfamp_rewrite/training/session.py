@@ -25,6 +25,7 @@ line naming what it converted and these settings.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 
@@ -65,6 +66,7 @@ class _RewritingSession:
                                          session_compat(compat), config, target)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
+        self._said_non_finite = False
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
@@ -189,7 +191,9 @@ class _RewritingSession:
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
         if watched is None and checks is None:
-            return self._call_base(super().run, mapped, feeds, options, run_metadata)
+            values = self._call_base(super().run, mapped, feeds, options, run_metadata)
+            self._say_non_finite_fetch(fetches, values)
+            return values
         extra, probe_ids = watched if watched is not None else ({}, ())
         if checks is not None:
             extra = dict(extra, checks=checks[1])
@@ -200,7 +204,27 @@ class _RewritingSession:
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], extra_values["checks"], skipped)
+        if step_watch.step_runs_so_far() == steps_before:
+            self._say_non_finite_fetch(fetches, values)
         return values
+
+    def _say_non_finite_fetch(self, fetches, values) -> None:
+        """A run that computed no loss-scaled step has no step watch: an inf/nan it returns
+        is said once (the session cannot tell whether float32 would have given one too)."""
+        if self._said_non_finite:
+            return
+        found = _non_finite_leaf(fetches, values)
+        if found is None:
+            return
+        self._said_non_finite = True
+        name = getattr(found, "name", found)
+        log_once("tfamp_rewrite: a run of the rewritten graph returned inf/nan%s and computed no "
+                 "loss-scaled step, so nothing watched or healed it. If float32 gives finite values "
+                 "there, a %s value overflowed, or a large constant became inf in %s (a -1e9 "
+                 "attention mask: 0 x inf is nan); tfamp-rewrite doctor names the node, and "
+                 "nodes_to_exclude or TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it "
+                 "float32 (said once)" % (" in %r" % name if isinstance(name, str) and name else "",
+                                          self._shadow.dtype, self._shadow.dtype))
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""
@@ -279,6 +303,28 @@ class _RewritingSession:
             return results[:len(fetches)]
 
         return run_private
+
+
+def _non_finite_leaf(fetches, values):
+    """The fetch whose value holds inf/nan (None when all are finite; ``""`` when the fetch
+    structure does not say which).  Cheap: it runs after every run that infers."""
+    if isinstance(values, np.floating):
+        return None if math.isfinite(values) else fetches
+    if isinstance(values, np.ndarray):
+        return fetches if values.dtype.kind == "f" and not np.isfinite(values).all() else None
+    if isinstance(values, dict):
+        keys = list(values)
+        parts = [(fetches.get(k, "") if isinstance(fetches, dict) else "", values[k]) for k in keys]
+    elif isinstance(values, (list, tuple)):
+        same = isinstance(fetches, (list, tuple)) and len(fetches) == len(values)
+        parts = [(fetches[i] if same else "", value) for i, value in enumerate(values)]
+    else:
+        return None
+    for fetch, value in parts:
+        found = _non_finite_leaf(fetch, value)
+        if found is not None:
+            return found
+    return None
 
 
 def _replace(repeated_field, values) -> None:
