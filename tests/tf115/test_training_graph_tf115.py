@@ -8,12 +8,11 @@ in 1.15: a finite step applies, an inf step is skipped and halves the loss scale
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
 from graph_runner import plain_config
+from model_graphs import control_flow_v1
 from tf115_graphs import op_attrs, written_by_tf115
 
 import tfamp_rewrite
@@ -23,24 +22,12 @@ tf1 = tf.compat.v1
 STATE = ["state/global_step:0", "state/w:0", "state/loss_scale:0"]  # values, whatever the variables' kind
 
 
-@contextlib.contextmanager
-def tf1_control_flow():
-    """Switch/Merge conds, as TensorFlow 1.15 builds them (the tests' process runs 2.x's)."""
-    was_v2 = tf1.control_flow_v2_enabled()
-    tf1.disable_control_flow_v2()
-    try:
-        yield
-    finally:
-        if was_v2:
-            tf1.enable_control_flow_v2()
-
-
 @pytest.fixture
 def saved_training(tmp_path, monkeypatch):
     """``(graph_def, saver_def, checkpoint prefix)`` after two steps in a rewriting session."""
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
     graph = tf.Graph()
-    with graph.as_default(), tf1_control_flow():
+    with graph.as_default(), control_flow_v1():
         x = tf1.placeholder(tf.float32, [2, 3], name="x")
         w = tf1.get_variable("w", initializer=np.arange(6, dtype=np.float32).reshape(2, 3) / 6,
                              use_resource=False)

@@ -7,12 +7,12 @@ cond's ops out where TensorFlow's version refuses the graph.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 from tensorflow.core.protobuf import config_pb2
 
 import tfamp_rewrite
@@ -25,18 +25,6 @@ tf1 = tf.compat.v1
 def cpu_amp(monkeypatch):
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
     monkeypatch.setattr(devices, "_logged", set())
-
-
-@contextlib.contextmanager
-def tf1_control_flow():
-    """Switch/Merge conds, as TensorFlow 1.15 builds them (this process may run 2.x's)."""
-    was_v2 = tf1.control_flow_v2_enabled()
-    tf1.disable_control_flow_v2()
-    try:
-        yield
-    finally:
-        if was_v2:
-            tf1.enable_control_flow_v2()
 
 
 def summed_loss_net(check_gradients=False, check_logits=False):
@@ -119,7 +107,7 @@ def test_a_run_computing_no_step_fails_at_once(how):
 
 
 def test_add_check_numerics_ops_leaves_the_skip_cond_out_and_training_runs(caplog):
-    with tf1_control_flow():
+    with control_flow_v1():
         parts = summed_loss_net()
         activation.enable_graph_rewrite()
         try:

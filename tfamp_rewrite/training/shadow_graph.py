@@ -448,15 +448,19 @@ def fetch_elements(mapped) -> list:
 def ancestors(elements, fed_names=frozenset()) -> set:
     """The operations ``elements`` (tensors, operations) depend on, themselves included,
     through data and control inputs; a tensor named in ``fed_names`` is fed, not computed."""
-    stack = [getattr(e, "op", e) for e in elements]
-    seen = set()
+    return reachable([getattr(e, "op", e) for e in elements], lambda op: [
+        t.op for t in op.inputs if t.name not in fed_names] + list(op.control_inputs))
+
+
+def reachable(ops, neighbours) -> set:
+    """``ops`` and every operation reached from them through ``neighbours(op)``."""
+    stack, seen = list(ops), set()
     while stack:
         op = stack.pop()
         if op in seen:
             continue
         seen.add(op)
-        stack.extend(t.op for t in op.inputs if t.name not in fed_names)
-        stack.extend(op.control_inputs)
+        stack.extend(neighbours(op))
     return seen
 
 

@@ -16,7 +16,7 @@ from typing import Dict, List
 
 from .devices import log_once
 from .keras_compat import loss_scale_optimizer_name
-from .shadow_graph import ancestors
+from .shadow_graph import ancestors, reachable
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -51,15 +51,8 @@ def unscaled_updates(graph, dtype: str) -> List:
 
 def _downstream_of_gradients(graph) -> set:
     """The operations that read, directly or not, an op of ``tf.gradients``' name scope."""
-    stack = [op for op in graph.get_operations() if _GRADIENT_SCOPE.match(op.name)]
-    reached = set()
-    while stack:
-        op = stack.pop()
-        if op in reached:
-            continue
-        reached.add(op)
-        stack.extend(consumer for output in op.outputs for consumer in output.consumers())
-    return reached
+    return reachable([op for op in graph.get_operations() if _GRADIENT_SCOPE.match(op.name)],
+                     lambda op: [consumer for output in op.outputs for consumer in output.consumers()])
 
 
 class UnscaledTrainingWatch:
