@@ -29,6 +29,7 @@ def emulated_cpu_amp(monkeypatch):
     monkeypatch.delenv(step_watch.AUTO_FIX_ENV, raising=False)
     monkeypatch.delenv(step_watch.HEAL_FILE_ENV, raising=False)
     monkeypatch.setattr(devices, "_logged", set())
+    monkeypatch.setattr(step_watch, "_said_probing", False)
 
 
 # -- the guard's rule ---------------------------------------------------------------------
@@ -135,7 +136,7 @@ def culprit_messages(caplog):
 
 def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     parts = overflow_net()
-    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=parts["graph"]) as session:
             session.run(parts["init"])
             losses = train(parts, session, 12)
@@ -153,6 +154,8 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     assert all(np.isfinite(more)) and final_step > step_after_heal      # applied again
     assert more[-1] < more[0]
     assert session.rewrite_reports[-1].decision("logits").dtype == "float32"
+    # building the probes, a wait on a large graph, is said before the first diagnosis, once
+    assert len([r for r in caplog.records if "adding range probes" in r.getMessage()]) == 1
 
 
 def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_stops(caplog):

@@ -71,6 +71,7 @@ AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
 HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
 DEFAULT_MAX_HEALS = 8
 _logger = logging.getLogger("tfamp_rewrite")
+_said_probing = False  # building the probes is said once per process
 
 
 @dataclass
@@ -216,7 +217,13 @@ class StepWatch:
         return guard
 
     def _diagnosis_now(self) -> StepDiagnosis:
+        global _said_probing
         if self._diagnosis is None:
+            if not _said_probing:
+                _said_probing = True
+                log_info("tfamp_rewrite: adding range probes for the graph's %s tensors, to diagnose "
+                         "(once per graph and heal; on a graph of thousands of nodes this takes "
+                         "a while)" % self.shadow.dtype)
             user_def, result = self.shadow.half_rewrite()
             self._diagnosis = StepDiagnosis(user_def, result.graph_def, result.report, self.shadow.graph,
                                             self.shadow.private_name, limits_for(self.shadow.dtype))
