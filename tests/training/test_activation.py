@@ -243,6 +243,34 @@ def test_an_explicitly_wrapped_optimizer_is_scaled_once():
         assert len([v for v in tf1.global_variables() if "current_loss_scale" in v.name]) == 1
 
 
+def test_a_subclass_overriding_compute_and_apply_through_super_runs_each_once():
+    """A subclass's compute_gradients / apply_gradients calling super() reach automatic loss
+    scaling from inside the override: it must not call the override again on scaled values."""
+    calls = {"compute": 0, "apply": 0}
+
+    class WeightDecayTimesTwo(tf1.train.GradientDescentOptimizer):
+        def compute_gradients(self, loss, var_list=None, **kwargs):
+            calls["compute"] += 1
+            pairs = super().compute_gradients(loss, var_list=var_list, **kwargs)
+            return [(tf.clip_by_norm(g, 1.0) + 0.5 * v, v) for g, v in pairs]
+
+        def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+            calls["apply"] += 1
+            return super().apply_gradients([(g * 2.0, v) for g, v in grads_and_vars], global_step, name)
+
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0])
+        train = WeightDecayTimesTwo(0.1).minimize(tf.reduce_sum(w * 3.0))  # gradient 3, clipped to 1
+        init = tf1.global_variables_initializer()
+    assert calls == {"compute": 1, "apply": 1}
+    with tf1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train)
+        np.testing.assert_allclose(session.run(w), [1.0 - 0.1 * 2 * (1.0 + 0.5)], rtol=1e-6)
+
+
 def test_tensorflows_own_loss_scale_optimizer_is_scaled_once(monkeypatch, caplog):
     """NVIDIA's docs told TF1 users to call TensorFlow's enable_mixed_precision_graph_rewrite,
     often with TF_ENABLE_AUTO_MIXED_PRECISION=1 set as well: scaled twice (2**15 * 2**15), the

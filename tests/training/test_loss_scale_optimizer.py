@@ -202,6 +202,39 @@ def test_gradients_may_be_transformed_between_compute_and_apply():
     assert scaled[2][SCALE] == 2.0**11
 
 
+def test_a_clip_that_makes_an_inf_gradient_finite_still_skips_the_step():
+    """clip_by_value between compute_gradients and apply_gradients turns inf into 1: the step
+    must be skipped on what compute_gradients saw, as PyTorch's GradScaler checks before it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        poison = tf1.placeholder(tf.float32, [])
+        w = tf1.get_variable("w", initializer=[1.0, 1.0], use_resource=True)
+        optimizer = LossScaleOptimizer(momentum(), "dynamic")
+        pairs = optimizer.compute_gradients(tf1.reduce_sum(w * w) * poison)
+        train = optimizer.apply_gradients([(tf.clip_by_value(g, -1.0, 1.0), v) for g, v in pairs])
+        scale = optimizer.loss_scale()
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(train, {poison: np.inf})
+            np.testing.assert_array_equal(session.run(w), [1.0, 1.0])
+            assert session.run(scale) == 2.0**14
+            session.run(train, {poison: 1.0})
+            assert (session.run(w) < 1.0).all()
+
+
+def test_gradients_scaled_by_another_optimizer_are_said_to_be(caplog, monkeypatch):
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    with tf.Graph().as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 1.0], use_resource=True)
+        pairs = LossScaleOptimizer(momentum()).compute_gradients(tf1.reduce_sum(w * w))
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            LossScaleOptimizer(adam()).apply_gradients(pairs)
+    said = [r.getMessage() for r in caplog.records if "another optimizer's loss scale" in r.getMessage()]
+    assert len(said) == 1 and not [r for r in caplog.records if "unscaled loss" in r.getMessage()]
+
+
 def test_loss_scaling_keeps_float16_gradients_from_underflowing():
     def gradient(optimizer):
         with tf.Graph().as_default():

@@ -192,6 +192,32 @@ def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_sto
     assert not culprit_messages(caplog) or all("own weights" in m for m in culprit_messages(caplog))
 
 
+def test_an_inf_float32_makes_by_itself_gets_one_presumed_heal_then_is_said(caplog):
+    """-log(1 - sigmoid(40)) is log(0) in float32 too: the half nodes upstream are presumed to
+    blame once; when keeping them float32 does not help, the session says float32 fails the
+    same way and heals nothing more."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 8], name="x")
+        w = tf1.get_variable("w", initializer=np.full([8, 1], 5.0, np.float32))
+        logits = tf.reshape(tf.nn.relu(tf.matmul(x, w)), [-1], name="logits")
+        loss = -tf.reduce_mean(tf1.log(1.0 - tf.sigmoid(logits)))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(50):
+            session.run(train_op, {x: np.ones([4, 8], np.float32)})
+        heals = session.heals
+    assert len(heals) == 1 and heals[0].presumed
+    (first,) = culprit_messages(caplog)[:1]
+    assert "The cause is presumably" in first
+    said = [r.getMessage() for r in caplog.records if "float32 most likely fails the same way" in r.getMessage()]
+    assert len(said) == 1 and "nothing more is healed" in said[0]
+
+
 def test_with_healing_off_the_warning_names_the_node_and_steps_stay_skipped(monkeypatch, caplog):
     monkeypatch.setenv(step_watch.AUTO_FIX_ENV, "0")
     parts = overflow_net()
@@ -392,7 +418,7 @@ def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(
     # Ours only: TensorFlow's own deprecation notice for NanTensorHook names it too, once per process.
     said = [r.getMessage() for r in caplog.records
             if r.getMessage().startswith("tfamp_rewrite: NanTensorHook")]
-    assert len(said) == 1 and "no variable changed" in said[0]
+    assert len(said) == 1 and "its optimizer applied no update" in said[0]
     assert not np.isfinite(losses[0])
     if auto_fix == "1":
         assert stopped is None and len(losses) == 30 and np.isfinite(losses[-1])

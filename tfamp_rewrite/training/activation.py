@@ -18,7 +18,7 @@
 
 * NaN-loss hooks: while either is on, ``NanTensorHook`` (every Estimator adds one) lets a
   NaN loss pass, saying so once, when the same run's loss-scaled step was skipped and the
-  session's step watch is still working on it (step_watch.py): no variable changed, and a
+  session's step watch is still working on it (step_watch.py): no weight was updated, and a
   float16 forward overflow is healed a few steps later.  Once the watch can do no more, the
   hook stops training as TensorFlow's does.
 * TensorFlow's own ``MixedPrecisionLossScaleOptimizer`` (what
@@ -211,6 +211,10 @@ def _auto_scaler(opt):
     if scaler is None:
         scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, "dynamic")
         scaler._state_owner = opt  # the user checkpoints opt: the loss scale is saved with it
+        # A subclass whose compute_gradients or apply_gradients calls super() reaches the
+        # scaler from inside its override: the scaler calls the base class's, not the override.
+        scaler._inner_methods = {name: functools.partial(_original_methods[name], opt)
+                                 for name in _DELEGATED_METHODS}
     return scaler
 
 
@@ -360,7 +364,8 @@ def _waiting_for_skipped_steps(original):
                 from .devices import log_once
 
                 log_once("tfamp_rewrite: NanTensorHook: the loss was NaN in a step the loss scaling "
-                         "skipped, so no variable changed; training goes on while the session finds "
+                         "skipped, so its optimizer applied no update; training goes on while the "
+                         "session finds "
                          "the cause (a float16 overflow is named and healed within a few steps), and "
                          "the hook stops it as usual if the session cannot")
             return None

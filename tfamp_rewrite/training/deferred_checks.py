@@ -7,7 +7,7 @@ tensor (``fetches(elements, fed)``), and judges them after the run (``after_run`
 
     none inf/nan:                               nothing to do
     the run skipped its loss-scaled step while the session can still act on it
-      (step_watch.skipped_while_recovering_since): no variable changed; said once
+      (step_watch.skipped_while_recovering_since): no weight was updated; said once
     otherwise:                                  raises the InvalidArgumentError TensorFlow's
                                                 kernel raises, naming the user's node
 
@@ -69,9 +69,9 @@ class DeferredChecks:
         name, nan, inf = failing[0]
         if skipped_while_recovering:
             log_once("tfamp_rewrite: a check_numerics saw inf/nan in a step the loss scaling "
-                     "skipped, so no variable changed; the checks wait while the session finds "
-                     "the cause, and fail the run as TensorFlow's do once the session cannot act "
-                     "(said once)")
+                     "skipped, so its optimizer applied no update; the checks wait while the "
+                     "session finds the cause, and fail the run as TensorFlow's do once the "
+                     "session cannot act (said once)")
             return
         op = self.shadow.user_graph.get_operation_by_name(name)
         kind = "Inf and NaN" if nan and inf else "Inf" if inf else "NaN"

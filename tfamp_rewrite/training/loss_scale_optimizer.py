@@ -290,6 +290,10 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         self._state_owner = self  # whose checkpoint dependencies the loss scale's variables are
         self._checked = None
         self._scales_handed_out = set()  # the ops of every scale tensor a loss was multiplied by
+        # The wrapped optimizer's methods this one calls; automatic loss scaling points them at
+        # tf.compat.v1.train.Optimizer's own, so a subclass's override (which called them
+        # through super()) is not run a second time on scaled values.
+        self._inner_methods = {}
 
     @property
     def loss_scale(self):
@@ -326,6 +330,10 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         for (name, owner_graph), variable in list(getattr(self._optimizer, "_non_slot_dict", {}).items()):
             if owner_graph is graph:
                 self._track_state(name, variable, self)
+
+    def _inner(self, name):
+        """The wrapped optimizer's method ``name`` (see ``_inner_methods``)."""
+        return self._inner_methods.get(name) or getattr(self._optimizer, name)
 
     def _current_scale(self):
         """The loss scale as a tensor, recorded as one a loss was scaled with."""
@@ -365,7 +373,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
         scale = self._current_scale()
         with delegation():
-            grads_and_vars = list(self._optimizer.compute_gradients(
+            grads_and_vars = list(self._inner("compute_gradients")(
                 _scaled_loss(loss, scale),
                 var_list=var_list,
                 gate_gradients=gate_gradients,
@@ -412,7 +420,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
 
         def apply():
             with _tf.name_scope(callers_scope + "/" if callers_scope else None), delegation():
-                return self._optimizer.apply_gradients(grads_and_vars, global_step, name + "-wrapped")
+                return self._inner("apply_gradients")(grads_and_vars, global_step, name + "-wrapped")
 
         def skip():
             if global_step is not None and _taken_from_accumulators(grads):
@@ -433,11 +441,16 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         return train_op
 
     def _all_finite(self, grads):
-        """The finite flag for ``grads``: reused if compute_gradients produced exactly them."""
-        if self._checked is not None and _same_gradients(self._checked.grads, grads):
-            return self._checked.all_finite
+        """The finite flag for ``grads``: reused if compute_gradients produced exactly them,
+        and-ed with it if they were derived from them (clipping can make an inf finite)."""
+        checked = self._checked
+        if checked is not None and _same_gradients(checked.grads, grads):
+            return checked.all_finite
         self._warn_if_unscaled(grads)
         _, all_finite = _unscale_and_check_finite(grads, 1.0)
+        if checked is not None and _depends_on_any(_tensors_of(grads),
+                                                   {t.op for t in _tensors_of(checked.grads)}):
+            all_finite = _tf.logical_and(all_finite, checked.all_finite)
         return all_finite
 
     def _warn_if_unscaled(self, grads) -> None:
@@ -446,6 +459,13 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         if not tensors or _taken_from_accumulators(grads):  # accumulated: scaled upstream, elsewhere
             return
         if _depends_on_any(tensors, self._scales_handed_out):
+            return
+        others = {t.op for t in _tf.get_collection(LOSS_SCALE_COLLECTION)} - self._scales_handed_out
+        if others and _depends_on_any(tensors, others):
+            log_once(
+                "tfamp_rewrite: apply_gradients got gradients another optimizer's loss scale "
+                "multiplied: the steps it skips lower this optimizer's scale, not that one, so they "
+                "keep being skipped. Compute and apply the gradients with the same optimizer.")
             return
         log_once(
             "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss "
@@ -468,7 +488,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     def variables(self):
         """The wrapped optimizer's variables and the loss scale's, in the default graph."""
         with delegation():
-            wrapped = self._optimizer.variables()  # holds the loss scale's where it is _state_owner
+            wrapped = self._inner("variables")()  # holds the loss scale's where it is _state_owner
         return wrapped + [v for v in self._loss_scale.variables() if not any(v is w for w in wrapped)]
 
     def __getattr__(self, name):

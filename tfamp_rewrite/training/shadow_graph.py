@@ -357,6 +357,10 @@ class ShadowGraph:
 
     def _user_fetch(self, element):
         """The user graph's tensor or operation ``element`` names; errors as Session.run's."""
+        if element is None:  # TensorFlow's own words (they differ between versions)
+            from tensorflow.python.client import session as session_lib
+
+            session_lib._FetchMapper.for_fetch(None)  # pylint: disable=protected-access
         try:
             return self.user_graph.as_graph_element(element, allow_tensor=True, allow_operation=True)
         except TypeError as error:

@@ -50,6 +50,9 @@ class Culprit:
     half_nodes: List[str]        # the converted nodes to keep float32
     held_by: str                 # "'name' (Op, infer list)" -- who holds it in half, and how
     fix: Fix                     # the list edit (and node names) that keep them float32
+    # True when a float32 node turned inf/nan from finite inputs and the nearest half nodes
+    # upstream are only presumed to blame (float32 itself may fail the same way)
+    presumed: bool = False
 
 
 class StepDiagnosis:
@@ -150,7 +153,7 @@ class StepDiagnosis:
         else:
             held_by = "%r (%s, float32) as read in half by %s" % (
                 probe.node, probe.op, _names(probe.half_nodes))
-        return self._culprit(probe, largest, held_by)
+        return self._culprit(probe, largest, held_by, presumed=boundary is not None)
 
     def _half_frontier(self, node: str) -> List[HalfNode]:
         """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""
@@ -170,11 +173,11 @@ class StepDiagnosis:
         return []
 
     @staticmethod
-    def _culprit(probe: Probe, largest: float, held_by: str) -> Culprit:
+    def _culprit(probe: Probe, largest: float, held_by: str, presumed: bool = False) -> Culprit:
         return Culprit(tensor=probe.tensor, node=probe.node, op=probe.op, role=probe.role,
                        max_abs=largest if np.isfinite(largest) else float("inf"),
                        half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
-                       fix=fix_for(probe.half_nodes))
+                       fix=fix_for(probe.half_nodes), presumed=presumed)
 
 
 def _names(half_nodes) -> str:

@@ -57,7 +57,7 @@ def skipped_while_recovering_since(graph, count: int) -> bool:
     """True if this thread ran a loss-scaled step since ``step_runs_so_far()`` was ``count``,
     and the last such run, of a rewriting session on ``graph`` (the user's), skipped its step
     while the watch can still act on it (the scale can fall further, or a culprit can be
-    healed): a NaN loss in that run changed no variable and need not end training
+    healed): a NaN loss in that run updated no weight and need not end training
     (activation.py's NanTensorHook)."""
     return step_runs_so_far() > count and getattr(_step_runs, "recovering", None) is graph
 
@@ -86,6 +86,7 @@ class Heal:
     max_abs: float
     trajectory: str
     env: str
+    presumed: bool = False  # the culprit's half nodes were presumed to blame (Culprit.presumed)
 
 
 _auto_fix_default: Optional[bool] = None  # enable_mixed_precision_graph_rewrite(auto_fix=...)
@@ -147,6 +148,7 @@ class StepWatch:
         self._said_skip = False     # the first skipped step is said once (INFO)
         self._said_settled = False  # a long episode ended without a culprit: said once
         self._said_variables = False  # weights holding inf/nan: said once
+        self._said_float32_fails = False  # a presumed heal did not help: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -242,7 +244,7 @@ class StepWatch:
                 guard = self._guard(signals[i])
                 ended = guard.observe(float(scale), bool(all_finite))
                 if not all_finite:
-                    self._say_first_skip(float(scale))
+                    self._say_first_skip(float(scale), signals[i], len(signals) > 1)
                 elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
                     self._say_settled(ended, float(scale))
             if self.monitor is not None:
@@ -314,7 +316,10 @@ class StepWatch:
         trajectory = guard.episode.trajectory()
         heal = Heal(nodes=list(culprit.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
-                    trajectory=trajectory, env=culprit.fix.env)
+                    trajectory=trajectory, env=culprit.fix.env, presumed=culprit.presumed)
+        if culprit.presumed and self.heals and self.heals[-1].presumed:
+            self._say_float32_fails_too(culprit, trajectory)
+            return
         collective = _runs_collectives(self.shadow.user_graph)
         can_heal = self.auto_fix and not collective and len(self.heals) < self.max_heals
         if not self.auto_fix:
@@ -346,13 +351,33 @@ class StepWatch:
                         "scale restarts from its initial value" % (
                             ", ".join(repr(n) for n in culprit.half_nodes), report.nodes_converted))
 
-    def _say_first_skip(self, scale: float) -> None:
+    def _say_float32_fails_too(self, culprit: Culprit, trajectory: str) -> None:
+        """A presumed culprit right after a presumed heal: the heal did not help, so the
+        inf/nan most likely comes from float32 itself (log of an exact 0)."""
+        if self._said_float32_fails:
+            return
+        self._said_float32_fails = True
+        last = self.heals[-1]
+        _logger.warning(
+            "tfamp_rewrite: training steps are being skipped: loss scale %s. A float32 node keeps "
+            "turning inf/nan from finite inputs (%r, %s, after %r before it), and keeping the "
+            "%s nodes upstream float32 (%s) did not stop it: float32 most likely fails the same "
+            "way (a log or a division of an exact 0), which no float32 node undoes, so nothing "
+            "more is healed. Run the program in float32, or tfamp-rewrite doctor, to see it"
+            % (trajectory, culprit.tensor, culprit.op, last.culprit, self.shadow.dtype,
+               ", ".join(repr(n) for n in last.nodes)))
+
+    def _say_first_skip(self, scale: float, signal, several: bool) -> None:
         if self._said_skip:
             return
         self._said_skip = True
-        log_info("tfamp_rewrite: a training step was skipped: its gradients were not all finite at "
-                 "loss scale %g, so no variable changed and the scale was lowered; a long run of "
-                 "such steps is diagnosed (said once)" % scale)
+        which = ""
+        if several:  # two optimizers, two loss scales: say whose step it was
+            scope = signal.loss_scale.variables()[0].op.name.rsplit("/", 1)[0]
+            which = " (the optimizer scaled by '%s')" % scope
+        log_info("tfamp_rewrite: a training step was skipped%s: its gradients were not all finite "
+                 "at loss scale %g, so its optimizer applied no update and the scale was lowered; a "
+                 "long run of such steps is diagnosed (said once)" % (which, scale))
 
     def _say_settled(self, episode, scale: float) -> None:
         if self._said_settled:
@@ -360,8 +385,9 @@ class StepWatch:
         self._said_settled = True
         _logger.warning(
             "tfamp_rewrite: training steps were skipped until the loss scale fell far enough: %s, "
-            "then a step applied at %g; no variable changed in the skipped steps. No tensor stayed "
-            "out of %s range at the lower scales, so nothing is kept float32: the gradients are "
+            "then a step applied at %g; the optimizer applied no update in the skipped steps. No "
+            "tensor stayed out of %s range at the lower scales, so nothing is kept float32: the "
+            "gradients are "
             "large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
             "initial_loss_scale=%g)) starts where this run settled (said once)"
             % (episode.trajectory(), scale, self.shadow.dtype, scale))
@@ -417,11 +443,11 @@ def _runs_collectives(graph) -> bool:
 def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, then: str) -> str:
     largest = "inf/nan" if culprit.max_abs == float("inf") else "%.4g" % culprit.max_abs
     role = "forward value" if culprit.role == "forward" else culprit.role.replace("_", " ")
-    return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s "
+    return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s%s "
             "(%s %r, largest |x| %s), which does not fit %s whatever the loss scale. Keep it "
             "float32 with %s (or nodes_to_exclude=%s); %s." % (
-                trajectory, culprit.held_by, role, culprit.tensor, largest, dtype, culprit.fix.env,
-                culprit.fix.nodes_to_exclude, then))
+                trajectory, "presumably " if culprit.presumed else "", culprit.held_by, role,
+                culprit.tensor, largest, dtype, culprit.fix.env, culprit.fix.nodes_to_exclude, then))
 
 
 def _is_dynamic(loss_scale) -> bool:
