@@ -214,7 +214,8 @@ def test_an_inf_float32_makes_by_itself_gets_one_presumed_heal_then_is_said(capl
     assert len(heals) == 1 and heals[0].presumed
     (first,) = culprit_messages(caplog)[:1]
     assert "The cause is presumably" in first
-    said = [r.getMessage() for r in caplog.records if "float32 most likely fails the same way" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records
+            if "float32 most likely fails the same way" in r.getMessage()]
     assert len(said) == 1 and "nothing more is healed" in said[0]
 
 
