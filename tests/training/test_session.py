@@ -346,6 +346,14 @@ def test_an_inference_run_returning_inf_is_said_once(cpu_target, monkeypatch, ca
             assert np.isinf(session.run({"out": ["relu:0"]}, FEED)["out"][0]).all()
     (line,) = [r.getMessage() for r in caplog.records if "returned inf/nan" in r.getMessage()]
     assert "returned inf/nan in 'relu:0' and computed no loss-scaled step" in line
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            Session(graph=probe_graph()) as session:  # Keras' way: a callable from options
+        predict = session._make_callable_from_options(
+            config_pb2.CallableOptions(feed=["x:0"], fetch=["relu:0"]))
+        assert np.isinf(predict(FEED["x:0"])[0]).all()
+    assert [r for r in caplog.records if "returned inf/nan in 'relu:0'" in r.getMessage()]
 
 
 def training_graph():

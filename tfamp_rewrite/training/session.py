@@ -300,6 +300,8 @@ class _RewritingSession:
             if checks:
                 self._checks.after_run(checks[0], results[-1], step_watch.skipped_while_recovering_since(
                     self._user_graph, steps_before))
+            if step_watch.step_runs_so_far() == steps_before:
+                self._say_non_finite_fetch(list(callable_options.fetch), list(results[:len(fetches)]))
             return results[:len(fetches)]
 
         return run_private
