@@ -148,7 +148,6 @@ class StepWatch:
         self._said_skip = False     # the first skipped step is said once (INFO)
         self._said_settled = False  # a long episode ended without a culprit: said once
         self._said_variables = False  # weights holding inf/nan: said once
-        self._said_float32_fails = False  # a presumed heal did not help: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -317,9 +316,6 @@ class StepWatch:
         heal = Heal(nodes=list(culprit.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
                     trajectory=trajectory, env=culprit.fix.env, presumed=culprit.presumed)
-        if culprit.presumed and self.heals and self.heals[-1].presumed:
-            self._say_float32_fails_too(culprit, trajectory)
-            return
         collective = _runs_collectives(self.shadow.user_graph)
         can_heal = self.auto_fix and not collective and len(self.heals) < self.max_heals
         if not self.auto_fix:
@@ -350,22 +346,6 @@ class StepWatch:
         _logger.warning("tfamp_rewrite: healed: %s now float32 (%d node(s) converted now); the loss "
                         "scale restarts from its initial value" % (
                             ", ".join(repr(n) for n in culprit.half_nodes), report.nodes_converted))
-
-    def _say_float32_fails_too(self, culprit: Culprit, trajectory: str) -> None:
-        """A presumed culprit right after a presumed heal: the heal did not help, so the
-        inf/nan most likely comes from float32 itself (log of an exact 0)."""
-        if self._said_float32_fails:
-            return
-        self._said_float32_fails = True
-        last = self.heals[-1]
-        _logger.warning(
-            "tfamp_rewrite: training steps are being skipped: loss scale %s. A float32 node keeps "
-            "turning inf/nan from finite inputs (%r, %s, after %r before it), and keeping the "
-            "%s nodes upstream float32 (%s) did not stop it: float32 most likely fails the same "
-            "way (a log or a division of an exact 0), which no float32 node undoes, so nothing "
-            "more is healed. Run the program in float32, or tfamp-rewrite doctor, to see it"
-            % (trajectory, culprit.tensor, culprit.op, last.culprit, self.shadow.dtype,
-               ", ".join(repr(n) for n in last.nodes)))
 
     def _say_first_skip(self, scale: float, signal, several: bool) -> None:
         if self._said_skip:
