@@ -182,6 +182,17 @@ def test_running_an_empty_graph_fails_as_tensorflow_says(cpu_target):
                 session.run("nothing")
 
 
+def test_fetching_none_fails_with_tensorflows_own_words(cpu_target):
+    """``sess.run(ema.average(t))`` where the average is None: a common TF1 mistake."""
+    said = []
+    for session_class in (tf1.Session, Session):
+        with session_class(graph=probe_graph()) as session:
+            with pytest.raises(TypeError) as raised:
+                session.run(None)
+            said.append(str(raised.value))
+    assert said[0] == said[1], said
+
+
 def test_make_callable_partial_run_list_devices(cpu_target):
     graph = probe_graph()
     x, relu = graph.get_tensor_by_name("x:0"), graph.get_tensor_by_name("relu:0")

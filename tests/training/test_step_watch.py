@@ -343,6 +343,22 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
             in r.getMessage()]
 
 
+def test_a_heal_file_stays_strict_json_when_a_culprit_held_inf(tmp_path):
+    import types
+
+    path = tmp_path / "heals.json"
+    watch = step_watch.StepWatch(types.SimpleNamespace(kept_float32={"logits"}), auto_fix=True,
+                                 heal_file=str(path))
+    watch.heals.append(step_watch.Heal(nodes=["logits"], culprit="logits:0", op="MatMul", held_by="",
+                                       role="forward", max_abs=float("inf"), trajectory="", env=""))
+    watch._write_heal_file()
+
+    def strict(constant):
+        raise ValueError("not strict JSON: " + constant)
+
+    assert json.loads(path.read_text(), parse_constant=strict)["heals"][0]["max_abs"] is None
+
+
 def test_heals_stop_at_the_limit_with_a_last_warning(monkeypatch, caplog):
     monkeypatch.setattr(step_watch, "DEFAULT_MAX_HEALS", 0)
     parts = overflow_net()
