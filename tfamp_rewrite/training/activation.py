@@ -220,22 +220,25 @@ def _auto_scaler(opt):
 
 # -- warm starts and NaN-loss hooks -------------------------------------------------------
 def _replace_helpers() -> None:
-    """Replaces warm_starting_util's variable grouping and ``NanTensorHook``'s ``before_run``
-    and ``after_run`` (see the module docstring), once.  ``warm_start`` --
+    """Replaces, once, the TensorFlow helpers the module docstring lists: warm_starting_util's
+    variable grouping, ``NanTensorHook``'s ``before_run`` and ``after_run``,
+    ``MixedPrecisionLossScaleOptimizer``'s ``compute_gradients`` and ``apply_gradients``, and
+    ``add_check_numerics_ops`` wherever TensorFlow exports it.  ``warm_start`` --
     ``tf.compat.v1.train.warm_start`` and the Estimator's -- looks the grouping up at each
     call, so no TensorFlow name changes.  Called with ``_lock`` held."""
     from tensorflow.python.training import warm_starting_util
 
     _replace(warm_starting_util, _WARM_START_GROUPS, _without_loss_scales)
-    numerics = importlib.import_module("tensorflow.python.ops.numerics")
-    for owner in (numerics, _tensorflow_v1(), importlib.import_module("tensorflow")):
-        _replace(owner, "add_check_numerics_ops", _outside_the_skip_cond)
-    _replace(_tensorflow_v1().train.NanTensorHook, "before_run", _counting_step_runs)
+    nan_hook = _tensorflow_v1().train.NanTensorHook
+    _replace(nan_hook, "before_run", _counting_step_runs)
+    _replace(nan_hook, "after_run", _waiting_for_skipped_steps)
     tensorflows_scaler = importlib.import_module(
         "tensorflow.python.training.experimental.loss_scale_optimizer").MixedPrecisionLossScaleOptimizer
     for name in ("compute_gradients", "apply_gradients"):
         _replace(tensorflows_scaler, name, _scaling_once)
-    _replace(_tensorflow_v1().train.NanTensorHook, "after_run", _waiting_for_skipped_steps)
+    numerics = importlib.import_module("tensorflow.python.ops.numerics")
+    for owner in (numerics, _tensorflow_v1(), importlib.import_module("tensorflow")):
+        _replace(owner, "add_check_numerics_ops", _outside_the_skip_cond)
 
 
 def _replace(owner, name: str, wrap) -> None:
@@ -365,9 +368,8 @@ def _waiting_for_skipped_steps(original):
 
                 log_once("tfamp_rewrite: NanTensorHook: the loss was NaN in a step the loss scaling "
                          "skipped, so its optimizer applied no update; training goes on while the "
-                         "session finds "
-                         "the cause (a float16 overflow is named and healed within a few steps), and "
-                         "the hook stops it as usual if the session cannot")
+                         "session finds the cause (a float16 overflow is named and healed within a "
+                         "few steps), and the hook stops it as usual if the session cannot")
             return None
         return original(self, run_context, run_values)
 

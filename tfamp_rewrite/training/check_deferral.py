@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Callable, List
 
-from tensorflow.core.framework import node_def_pb2, tensor_pb2, types_pb2
+from tensorflow.core.framework import types_pb2
 
-from ..graph_rewrite.graph_view import parse_input
+from .node_defs import flattened, node_def
 
 _CHECK_OP = "CheckNumerics"
 _SCOPE = "/tfamp_check/"
@@ -37,22 +37,17 @@ def defer_checks(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
         if node.op != _CHECK_OP or not deferrable(node.name):
             continue
         values, dtype, scope = node.input[0], node.attr["T"].type, node.name + _SCOPE
-        in_its_frame = ["^" + parse_input(values)[0]]
-        nodes = [_const(scope + "minus_one", [-1], in_its_frame), _const(scope + "axis", 0, in_its_frame),
-                 _node(scope + "flat", "Reshape", [values, scope + "minus_one"], T=dtype,
-                       Tshape=types_pb2.DT_INT32)]
+        nodes = flattened(values, dtype, scope)
         flat = scope + "flat"
         if dtype == types_pb2.DT_BFLOAT16:  # IsNan/IsInf lack bfloat16 kernels in older TensorFlow
-            nodes.append(_node(scope + "widened", "Cast", [flat], SrcT=dtype, DstT=types_pb2.DT_FLOAT))
+            nodes.append(node_def(scope + "widened", "Cast", [flat], SrcT=dtype, DstT=types_pb2.DT_FLOAT))
             flat, dtype = scope + "widened", types_pb2.DT_FLOAT
         for test in ("IsNan", "IsInf"):
-            nodes.append(_node(scope + test, test, [flat], T=dtype))
-            nodes.append(_node(scope + "any_" + test, "Any", [scope + test, scope + "axis"],
-                               Tidx=types_pb2.DT_INT32))
-        status = _node(scope + "status", "Pack", [scope + "any_IsNan", scope + "any_IsInf"],
-                       T=types_pb2.DT_BOOL)
-        status.attr["N"].i = 2
-        nodes.append(status)
+            nodes.append(node_def(scope + test, test, [flat], T=dtype))
+            nodes.append(node_def(scope + "any_" + test, "Any", [scope + test, scope + "zero"],
+                                  Tidx=types_pb2.DT_INT32))
+        nodes.append(node_def(scope + "status", "Pack", [scope + "any_IsNan", scope + "any_IsInf"],
+                              ints={"N": 2}, T=types_pb2.DT_BOOL))
         for added in nodes:
             added.device = node.device
         graph_def.node.extend(nodes)
@@ -60,21 +55,3 @@ def defer_checks(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
         del node.attr["message"]
         deferred.append(node.name)
     return deferred
-
-
-def _node(name, op, inputs, **attrs):
-    """A NodeDef whose ``attrs`` are all type attributes."""
-    node = node_def_pb2.NodeDef(name=name, op=op, input=inputs)
-    for key, dtype in attrs.items():
-        node.attr[key].type = dtype
-    return node
-
-
-def _const(name, value, inputs):
-    shape = {"dim": [{"size": len(value)}]} if isinstance(value, list) else {}
-    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, tensor_shape=shape,
-                                    int_val=value if isinstance(value, list) else [value])
-    node = node_def_pb2.NodeDef(name=name, op="Const", input=inputs)
-    node.attr["dtype"].type = types_pb2.DT_INT32
-    node.attr["value"].tensor.CopyFrom(tensor)
-    return node

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import List
 
-from tensorflow.core.framework import node_def_pb2, tensor_pb2, types_pb2
+from tensorflow.core.framework import types_pb2
 
-from ..graph_rewrite.graph_view import parse_input
+from .node_defs import flattened, node_def
 
 _SUMMARY_OP = "HistogramSummary"
 _FLOATING = (types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE)
@@ -35,18 +35,14 @@ def filter_non_finite(graph_def) -> List[str]:
         values = node.input[1]
         dtype = node.attr["T"].type
         scope = node.name + _SCOPE
-        in_its_frame = ["^" + parse_input(values)[0]]  # a Const in a loop or cond branch needs one
-        nodes = [
-            _node(scope + "minus_one", "Const", in_its_frame, _int32_vector([-1])),
-            _node(scope + "zero", "Const", in_its_frame, _int32_scalar(0)),
-            _node(scope + "flat", "Reshape", [values, scope + "minus_one"],
-                  T=dtype, Tshape=types_pb2.DT_INT32),
-            _node(scope + "is_finite", "IsFinite", [scope + "flat"], T=dtype),
-            _node(scope + "where", "Where", [scope + "is_finite"], T=types_pb2.DT_BOOL),
-            _node(scope + "indices", "Reshape", [scope + "where", scope + "minus_one"],
-                  T=types_pb2.DT_INT64, Tshape=types_pb2.DT_INT32),
-            _node(scope + "kept", "GatherV2", [scope + "flat", scope + "indices", scope + "zero"],
-                  Tparams=dtype, Tindices=types_pb2.DT_INT64, Taxis=types_pb2.DT_INT32, batch_dims=0),
+        nodes = flattened(values, dtype, scope) + [
+            node_def(scope + "is_finite", "IsFinite", [scope + "flat"], T=dtype),
+            node_def(scope + "where", "Where", [scope + "is_finite"], T=types_pb2.DT_BOOL),
+            node_def(scope + "indices", "Reshape", [scope + "where", scope + "minus_one"],
+                     T=types_pb2.DT_INT64, Tshape=types_pb2.DT_INT32),
+            node_def(scope + "kept", "GatherV2", [scope + "flat", scope + "indices", scope + "zero"],
+                     ints={"batch_dims": 0}, Tparams=dtype, Tindices=types_pb2.DT_INT64,
+                     Taxis=types_pb2.DT_INT32),
         ]
         for added in nodes:
             added.device = node.device
@@ -54,28 +50,3 @@ def filter_non_finite(graph_def) -> List[str]:
         node.input[1] = scope + "kept"
         changed.append(node.name)
     return changed
-
-
-def _node(name, op, inputs, value=None, **attrs):
-    """A NodeDef; ``value`` (a TensorProto) makes it a Const, ``attrs`` are type attributes
-    but for the integer ``batch_dims``."""
-    node = node_def_pb2.NodeDef(name=name, op=op, input=inputs)
-    if value is not None:
-        node.attr["dtype"].type = value.dtype
-        node.attr["value"].tensor.CopyFrom(value)
-    for key, attr in attrs.items():
-        if key == "batch_dims":
-            node.attr[key].i = attr
-        else:
-            node.attr[key].type = attr
-    return node
-
-
-def _int32_vector(values):
-    return tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, int_val=values,
-                                  tensor_shape={"dim": [{"size": len(values)}]})
-
-
-def _int32_scalar(value):
-    return tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, int_val=[value], tensor_shape={})
-

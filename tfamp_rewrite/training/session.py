@@ -201,12 +201,18 @@ class _RewritingSession:
         values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
         if watched is not None:
             self._watch.after_run(extra_values, probe_ids, self._run_private)
+        self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values)
+        return values
+
+    def _judge_run(self, checks, statuses, steps_before: int, fetches, values) -> None:
+        """After a run and its step watch: the deferred checks' verdict (``checks``: what
+        ``DeferredChecks.fetches`` planned, ``statuses`` their values), then, for a run that
+        computed no loss-scaled step, the inf/nan line."""
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
-            self._checks.after_run(checks[0], extra_values["checks"], skipped)
+            self._checks.after_run(checks[0], statuses, skipped)
         if step_watch.step_runs_so_far() == steps_before:
             self._say_non_finite_fetch(fetches, values)
-        return values
 
     def _say_non_finite_fetch(self, fetches, values) -> None:
         """A run that computed no loss-scaled step has no step watch: an inf/nan it returns
@@ -271,10 +277,10 @@ class _RewritingSession:
         fetches = [shadow.private_fetch(name) for name in callable_options.fetch]
         targets = [shadow.private_fetch(name) for name in callable_options.target]
         self._unscaled.before_run(fetches + targets)
-        steps = (None if self._watch is None else
-                 self._watch.step_fetches(fetches + targets, [t for t in feeds if isinstance(t, tf.Tensor)]))
+        fed = [t for t in feeds if isinstance(t, tf.Tensor)]
+        steps = None if self._watch is None else self._watch.step_fetches(fetches + targets, fed)
         step_tensors = nest.flatten(steps) if steps else []
-        checks = self._checks.fetches(fetches + targets, [t for t in feeds if isinstance(t, tf.Tensor)])
+        checks = self._checks.fetches(fetches + targets, fed)
         check_tensors = [checks[1]] if checks else []
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
@@ -297,11 +303,8 @@ class _RewritingSession:
                 step_values = nest.pack_sequence_as(
                     steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
                 self._watch.after_run({"steps": step_values}, (), self._run_private)
-            if checks:
-                self._checks.after_run(checks[0], results[-1], step_watch.skipped_while_recovering_since(
-                    self._user_graph, steps_before))
-            if step_watch.step_runs_so_far() == steps_before:
-                self._say_non_finite_fetch(list(callable_options.fetch), list(results[:len(fetches)]))
+            self._judge_run(checks, results[-1] if checks else None, steps_before,
+                            list(callable_options.fetch), list(results[:len(fetches)]))
             return results[:len(fetches)]
 
         return run_private

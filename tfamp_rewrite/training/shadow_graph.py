@@ -147,7 +147,7 @@ class ShadowGraph:
         return False
 
     def _defer_checks(self, to_import) -> List[str]:
-        """Defers ``to_import``'s CheckNumerics outside TF1 control flow (deferred_checks.py),
+        """Defers ``to_import``'s CheckNumerics outside TF1 control flow (check_deferral.py),
         when the user graph holds a loss-scaled step; returns their names."""
         if not step_signals(self.user_graph):
             return []

@@ -367,8 +367,7 @@ class StepWatch:
             "tfamp_rewrite: training steps were skipped until the loss scale fell far enough: %s, "
             "then a step applied at %g; the optimizer applied no update in the skipped steps. No "
             "tensor stayed out of %s range at the lower scales, so nothing is kept float32: the "
-            "gradients are "
-            "large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
+            "gradients are large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
             "initial_loss_scale=%g)) starts where this run settled (said once)"
             % (episode.trajectory(), scale, self.shadow.dtype, scale))
 

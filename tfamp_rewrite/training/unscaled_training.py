@@ -4,8 +4,8 @@ Automatic loss scaling (``TF_ENABLE_AUTO_MIXED_PRECISION=1``, ``tfamp-run``) wra
 ``tf.compat.v1.train`` optimizers.  A graph updated by anything else -- a Keras optimizer
 (``model.compile("adam")``), an optimizer built before loss scaling was switched on or with
 it switched off, a subclass whose own ``apply_gradients`` assigns the new values (BERT's
-``AdamWeightDecayOptimizer``) -- computes its float16 gradients from an unscaled loss, where values below
-float16's smallest subnormal (6e-8) flush to zero.  It still trains, so nothing fails; the
+``AdamWeightDecayOptimizer``) -- computes its float16 gradients from an unscaled loss,
+where values below float16's smallest subnormal (6e-8) flush to zero.  It still trains, so nothing fails; the
 session says it once, at the first run that computes such an update (a graph loaded only to
 serve, whose train op never runs, is not trained and is not warned about).
 """
