@@ -22,7 +22,7 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from ..errors import ConversionError
-from .formats import GRAPH_EXTENSIONS, GRAPHDEF, METAGRAPH, SAVEDMODEL, SavedGraph
+from .formats import GRAPH_EXTENSIONS, GRAPHDEF, METAGRAPH, SAVED_MODEL_FILES, SAVEDMODEL, SavedGraph
 
 
 def _within(path: str, other: str) -> bool:
@@ -63,8 +63,7 @@ def check_output(saved: SavedGraph, output: str, overwrite: bool) -> None:
 
 
 def _is_saved_model(directory: str) -> bool:
-    return any(os.path.isfile(os.path.join(directory, name))
-               for name in ("saved_model.pb", "saved_model.pbtxt"))
+    return any(os.path.isfile(os.path.join(directory, name)) for name, _ in SAVED_MODEL_FILES)
 
 
 def check_side_output(path: str, role: str, saved: SavedGraph, taken) -> None:
