@@ -5,7 +5,8 @@
 // GPUs when the driver is 12.1 or newer too. The large one is compiled in only when the
 // build can (TFAMP_LARGE_KERNEL_PARAMETERS below) and used only when the driver can and the
 // stream is not being captured into a graph (MaxTensorsPerLaunch) and the list needs it
-// (NeedsLargeTables).
+// (NeedsLargeTables). Should a driver refuse the large launch anyway, the call is planned
+// again in 4 KB tables, and so is every later one in the process (LargeTablesRefused).
 //
 // A block walks the slots its chunk overlaps (launch_plan.h: BlockElements,
 // ForEachPartOfBlock); small tensors share a block. In each part, when the input and output addresses
@@ -18,6 +19,7 @@
 // The CPU grid emulation in tests/gpu/emulation/ compiles this file unchanged as C++.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <vector>
 
 #include "gpu_launch.h"
@@ -168,11 +170,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerMultiprocessor)
   if (nonfinite) *all_finite = false;
 }
 
-// Plans the list in `Table`s and enqueues all_finite = true, then every launch.
+// Plans the list in `Table`s and enqueues all_finite = true, then every launch. When the
+// first launch fails and the error is not sticky (the context still works), nothing of the
+// list has run: *first_launch_refused (when not null) is then set, so the caller may
+// enqueue the list again in another way.
 template <class Table>
 cudaError_t EnqueuePlan(const TensorRef* tensors, int num_tensors, int64_t chunk_elements,
                         int max_tensors, const float* inv_scale, bool* all_finite,
-                        cudaStream_t stream, int* num_launches) {
+                        cudaStream_t stream, int* num_launches,
+                        bool* first_launch_refused = nullptr) {
   const std::vector<Table> plan =
       PlanLaunches<Table>(tensors, num_tensors, chunk_elements, max_tensors);
   if (num_launches) *num_launches = static_cast<int>(plan.size());
@@ -181,9 +187,19 @@ cudaError_t EnqueuePlan(const TensorRef* tensors, int num_tensors, int64_t chunk
     TFAMP_KERNEL_LAUNCH(UnscaleAndCheckFiniteKernel<Table>, plan[i].num_blocks, kThreadsPerBlock,
                         stream)(plan[i], inv_scale, all_finite);
     err = cudaGetLastError();
+    if (err != cudaSuccess && i == 0 && first_launch_refused) {
+      *first_launch_refused = cudaPeekAtLastError() == cudaSuccess;
+    }
   }
   return err;
 }
+
+#if TFAMP_LARGE_KERNEL_PARAMETERS
+// Set once a launch with a 32 KB table was refused in this process (a driver that reports
+// 12.1 or newer yet refuses, e.g. one behind a virtualisation layer): every later list gets
+// 4 KB tables instead of a refused launch per call.
+std::atomic<bool> large_tables_refused(false);
+#endif
 
 const char* ErrorText(cudaError_t err) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
@@ -199,7 +215,8 @@ int MaxTensorsPerLaunch(void* stream) {
   // the stream's state can change between calls.
   int driver = 0;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
-  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver >= 12010 &&
+  if (!large_tables_refused.load(std::memory_order_relaxed) &&
+      cudaDriverGetVersion(&driver) == cudaSuccess && driver >= 12010 &&
       cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) == cudaSuccess &&
       capture == cudaStreamCaptureStatusNone) {
     return kLargeTableSlots;
@@ -210,20 +227,34 @@ int MaxTensorsPerLaunch(void* stream) {
   return kSmallTableSlots;
 }
 
+bool LargeTablesRefused() {
+#if TFAMP_LARGE_KERNEL_PARAMETERS
+  return large_tables_refused.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
 const char* EnqueueUnscaleAndCheckFinite(const TensorRef* tensors, int num_tensors,
                                          int64_t chunk_elements, int max_tensors,
                                          const float* inv_scale, bool* all_finite, void* stream,
                                          int* num_launches) {
   if (chunk_elements < 1) return "chunk_elements must be at least 1";
-  if (max_tensors < 1 || max_tensors > MaxTensorsPerLaunch(stream)) {
-    return "max_tensors must lie in [1, MaxTensorsPerLaunch(stream)]";
+  const int most = MaxTensorsPerLaunch(stream);
+  if (max_tensors == kMostTensorsAllowed) max_tensors = most;
+  if (max_tensors < 1 || max_tensors > most) {
+    return "max_tensors must be kMostTensorsAllowed or lie in [1, MaxTensorsPerLaunch(stream)]";
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if TFAMP_LARGE_KERNEL_PARAMETERS
   if (NeedsLargeTables(tensors, num_tensors, max_tensors)) {
-    return ErrorText(EnqueuePlan<LargeLaunchTable>(tensors, num_tensors, chunk_elements,
-                                                   max_tensors, inv_scale, all_finite, s,
-                                                   num_launches));
+    bool refused = false;
+    const cudaError_t err =
+        EnqueuePlan<LargeLaunchTable>(tensors, num_tensors, chunk_elements, max_tensors,
+                                      inv_scale, all_finite, s, num_launches, &refused);
+    if (!refused) return ErrorText(err);
+    large_tables_refused.store(true, std::memory_order_relaxed);
+    max_tensors = kSmallTableSlots;
   }
 #endif
   return ErrorText(EnqueuePlan<SmallLaunchTable>(tensors, num_tensors, chunk_elements,

@@ -11,11 +11,13 @@ place a second write scales twice), inputs of out-of-place calls untouched.
 """
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from device_check import LAYOUT_BY_NAME, LAYOUTS, run_checked
 from fused_op_cases import DTYPES, SPECIALS, expected, poison, random_gradients, random_sizes
-from harness_library import HarnessError, TensorList
+from harness_library import HarnessError, KernelHarness, TensorList
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_gradients import MODELS, model_sizes
@@ -26,7 +28,6 @@ LAYOUT_NAMES = [layout.name for layout in LAYOUTS]
 # (chunk_elements, max_tensors): the kernel's defaults; blocks spanning many small tensors
 # and lists spanning launches; odd chunks that start blocks off the 16-byte grid.
 PLAN_SHAPES = [(None, None), (1000, 7), (777, 3), (64, 1)]
-SMALL_TABLE_SLOTS, LARGE_TABLE_SLOTS = 203, 1636  # launch_plan.h: the launch tables' capacities
 
 
 def host(arrays):
@@ -211,8 +212,8 @@ def long_list(seed):
     return host(poison(rng, random_gradients(rng, sizes.tolist())))
 
 
-def four_kb_launches(tensors):
-    return -(-sum(1 for t in tensors if t.size) // SMALL_TABLE_SLOTS)
+def four_kb_launches(kernel, tensors):
+    return -(-sum(1 for t in tensors if t.size) // kernel.table_slots.small)
 
 
 @pytest.mark.parametrize("version", [13000, 12010, 12000, 11080])
@@ -227,8 +228,9 @@ def test_a_long_list_takes_as_few_launches_as_the_driver_allows(kernel, driver_v
                              np.random.default_rng(0))
         assert_passes(result)
         assert not result.all_finite
-        assert result.launches == (1 if version >= 12010 else four_kb_launches(tensors))
-    assert kernel.max_tensors == (LARGE_TABLE_SLOTS if version >= 12010 else SMALL_TABLE_SLOTS)
+        assert result.launches == (1 if version >= 12010 else four_kb_launches(kernel, tensors))
+    slots = kernel.table_slots
+    assert kernel.max_tensors == (slots.large if version >= 12010 else slots.small)
 
 
 def test_a_stream_being_captured_into_a_graph_gets_4kb_launches(kernel):
@@ -237,22 +239,53 @@ def test_a_stream_being_captured_into_a_graph_gets_4kb_launches(kernel):
     tensors = long_list(5)
     kernel.set_capturing(True)
     try:
-        assert kernel.max_tensors == SMALL_TABLE_SLOTS
+        assert kernel.max_tensors == kernel.table_slots.small
         result = run_checked(kernel, tensors, 0.375, LAYOUT_BY_NAME["aligned"],
                              np.random.default_rng(0))
     finally:
         kernel.set_capturing(False)
     assert_passes(result)
-    assert result.launches == four_kb_launches(tensors)
-    assert kernel.max_tensors == LARGE_TABLE_SLOTS
+    assert result.launches == four_kb_launches(kernel, tensors)
+    assert kernel.max_tensors == kernel.table_slots.large
+
+
+def test_a_refused_large_launch_is_planned_again_in_4kb_tables_for_good(emulated_kernel,
+                                                                        tmp_path):
+    """A driver that reports 12.1 but refuses the 32 KB launch: the call still unscales every
+    tensor exactly once (in place too), in 4 KB launches, and so does every later call of the
+    process without trying the large table again. A copy of the library is loaded: its
+    process-wide fallback must not reach the other tests' harness."""
+    copy = tmp_path / "fresh_harness.so"
+    shutil.copyfile(emulated_kernel.path, copy)
+    kernel = KernelHarness(copy)
+    kernel.set_thread_order("shuffled", seed=4)
+    assert kernel.max_tensors == kernel.table_slots.large
+    kernel.set_refuse_large_launches(True)
+    kernel.take_counts()
+    expected_launches = 0
+    try:
+        for call, layout in enumerate(("in_place", "aligned")):
+            tensors = long_list(20 + call)
+            result = run_checked(kernel, tensors, 0.375, LAYOUT_BY_NAME[layout],
+                                 np.random.default_rng(call))
+            assert_passes(result)
+            assert not result.all_finite
+            assert result.launches == four_kb_launches(kernel, tensors)
+            assert kernel.max_tensors == kernel.table_slots.small
+            expected_launches += result.launches
+        assert kernel.take_counts().launches == expected_launches  # the refused ones ran nothing
+    finally:
+        kernel.set_refuse_large_launches(False)
+    assert kernel.max_tensors == kernel.table_slots.small  # remembered for the process
+    assert emulated_kernel.max_tensors == emulated_kernel.table_slots.large
 
 
 def test_the_large_table_is_used_only_past_the_small_ones_capacity(kernel):
     """A list a 4 KB table holds, or a plan of at most 203 tensors per launch, keeps the 4 KB
     table: its launches pass 16 KB less to the GPU."""
     sizes, types = [5] * 300, [0] * 300
-    assert kernel.plan(sizes[:SMALL_TABLE_SLOTS], types).table_bytes <= 4096
-    assert kernel.plan(sizes, types, max_tensors=SMALL_TABLE_SLOTS) == (2, 2, 4080)
+    assert kernel.plan(sizes[:kernel.table_slots.small], types).table_bytes <= 4096
+    assert kernel.plan(sizes, types, max_tensors=kernel.table_slots.small) == (2, 2, 4080)
     assert kernel.plan(sizes, types) == (1, 1, 32744)
 
 
@@ -261,14 +294,14 @@ def test_a_cuda_11_build_has_4kb_tables_only(emulated_kernel_cuda11):
     static_assert holds it to that): even a new driver then gets 4 KB launches."""
     kernel = emulated_kernel_cuda11
     kernel.set_thread_order("shuffled", seed=3)
-    assert kernel.max_tensors == SMALL_TABLE_SLOTS
+    assert kernel.max_tensors == kernel.table_slots.small
     tensors = long_list(11)
     result = run_checked(kernel, tensors, 0.375, LAYOUT_BY_NAME["misaligned"],
                          np.random.default_rng(0))
     assert_passes(result)
-    assert result.launches == four_kb_launches(tensors)
-    with pytest.raises(HarnessError, match=r"max_tensors must be in \[1, 203\]"):
-        kernel.plan([1] * 300, [0] * 300, max_tensors=SMALL_TABLE_SLOTS + 1)
+    assert result.launches == four_kb_launches(kernel, tensors)
+    with pytest.raises(HarnessError, match=r"max_tensors must be in \[1, %d\]" % kernel.max_tensors):
+        kernel.plan([1] * 300, [0] * 300, max_tensors=kernel.table_slots.small + 1)
 
 
 # --- the checks fail when the kernel misbehaves --------------------------------------------

@@ -60,10 +60,11 @@ int PlanAndEnqueue(const std::vector<tfamp::TensorRef>& tensors, int64_t chunk_e
   return error ? Fail(std::string("EnqueueUnscaleAndCheckFinite: ") + error) : 0;
 }
 
+// max_tensors is tfamp::kMostTensorsAllowed (what the op passes) or a lower limit.
 int CheckPlanArguments(int64_t chunk_elements, int max_tensors) {
   if (chunk_elements < 1) return Fail("chunk_elements must be >= 1");
   const int most = tfamp::MaxTensorsPerLaunch(nullptr);
-  if (max_tensors < 1 || max_tensors > most) {
+  if (max_tensors != tfamp::kMostTensorsAllowed && (max_tensors < 1 || max_tensors > most)) {
     return Fail("max_tensors must be in [1, " + std::to_string(most) + "]");
   }
   return 0;
@@ -132,6 +133,12 @@ const char* tfamp_harness_error() { return LastError().c_str(); }
 
 int tfamp_harness_max_tensors_per_launch() { return tfamp::MaxTensorsPerLaunch(nullptr); }
 
+// The slots of the 4 KB and the 32 KB launch table (launch_plan.h).
+void tfamp_harness_table_slots(int* small, int* large) {
+  *small = tfamp::kSmallTableSlots;
+  *large = tfamp::kLargeTableSlots;
+}
+
 int64_t tfamp_harness_default_chunk_elements() { return tfamp::kGpuChunkElements; }
 
 // Device 0: its name, compute capability, multiprocessor count and global memory.
@@ -177,6 +184,7 @@ int tfamp_harness_memset(void* pointer, int value, int64_t bytes) {
 int tfamp_harness_plan(const int64_t* sizes, const int32_t* types, int n, int64_t chunk_elements,
                        int max_tensors, int* launches, int64_t* blocks, int* table_bytes) {
   if (CheckPlanArguments(chunk_elements, max_tensors)) return -1;
+  if (max_tensors == tfamp::kMostTensorsAllowed) max_tensors = tfamp::MaxTensorsPerLaunch(nullptr);
   std::vector<uint64_t> fake(n, 0);
   const std::vector<tfamp::TensorRef> tensors = Tensors(fake.data(), fake.data(), sizes, types, n);
   if (tfamp::NeedsLargeTables(tensors.data(), n, max_tensors)) {

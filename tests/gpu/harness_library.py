@@ -25,6 +25,8 @@ EMULATED_DRIVER_VERSION = 13000  # what the emulation's cudaDriverGetVersion ans
 DeviceInfo = collections.namedtuple("DeviceInfo", "name major minor multiprocessors memory_bytes")
 LaunchCounts = collections.namedtuple("LaunchCounts", "launches blocks threads")
 PlanShape = collections.namedtuple("PlanShape", "launches blocks table_bytes")
+TableSlots = collections.namedtuple("TableSlots", "small large")
+MOST_TENSORS_ALLOWED = 0  # gpu_launch.h: kMostTensorsAllowed, what the op passes
 
 
 class HarnessError(RuntimeError):
@@ -36,6 +38,7 @@ def _signatures(lib):
     table = {
         "tfamp_harness_error": (c.c_char_p, []),
         "tfamp_harness_max_tensors_per_launch": (c.c_int, []),
+        "tfamp_harness_table_slots": (None, [IntP, IntP]),
         "tfamp_harness_default_chunk_elements": (c.c_int64, []),
         "tfamp_harness_device": (c.c_int, [c.c_char_p, c.c_int, IntP, IntP, IntP, I64P]),
         "tfamp_harness_reset": (c.c_int, []),
@@ -97,14 +100,23 @@ class KernelHarness:
             self.lib.tfamp_emulation_take_counters.argtypes = [I64P, I64P, I64P]
             self.lib.tfamp_emulation_set_driver_version.argtypes = [ctypes.c_int]
             self.lib.tfamp_emulation_set_capturing.argtypes = [ctypes.c_int]
+            self.lib.tfamp_emulation_set_refuse_large_launches.argtypes = [ctypes.c_int]
         self.chunk_elements = self.lib.tfamp_harness_default_chunk_elements()
 
     @property
     def max_tensors(self) -> int:
-        """The most tensors one launch on the default stream takes here: 1636 where the toolkit
-        and the driver pass 32 KB kernel parameters (CUDA 12.1 and newer) and the stream is not
-        being captured into a graph, else 203."""
+        """The most tensors one launch on the default stream takes here: the 32 KB table's slots
+        where the toolkit and the driver pass such kernel parameters (CUDA 12.1 and newer), the
+        stream is not being captured into a graph and no such launch was refused, else the
+        4 KB table's."""
         return self.lib.tfamp_harness_max_tensors_per_launch()
+
+    @property
+    def table_slots(self) -> TableSlots:
+        """The slots of the 4 KB and the 32 KB launch table (launch_plan.h)."""
+        small, large = ctypes.c_int(), ctypes.c_int()
+        self.lib.tfamp_harness_table_slots(small, large)
+        return TableSlots(small.value, large.value)
 
     def _check(self, status, what: str):
         if status != 0:
@@ -156,7 +168,7 @@ class KernelHarness:
         launches, blocks, table_bytes = ctypes.c_int(), ctypes.c_int64(), ctypes.c_int()
         self._check(self.lib.tfamp_harness_plan(
             sizes_p, types_p, len(sizes_a), chunk_elements or self.chunk_elements,
-            max_tensors or self.max_tensors, launches, blocks, table_bytes), "plan")
+            max_tensors or MOST_TENSORS_ALLOWED, launches, blocks, table_bytes), "plan")
         return PlanShape(launches.value, blocks.value, table_bytes.value)
 
     def unscale(self, tensors: TensorList, inv_scale_ptr: int, all_finite_ptr: int,
@@ -165,7 +177,7 @@ class KernelHarness:
         launches = ctypes.c_int()
         self._check(self.lib.tfamp_harness_unscale(
             tensors.in_p, tensors.out_p, tensors.sizes_p, tensors.types_p, tensors.count,
-            chunk_elements or self.chunk_elements, max_tensors or self.max_tensors,
+            chunk_elements or self.chunk_elements, max_tensors or MOST_TENSORS_ALLOWED,
             inv_scale_ptr, all_finite_ptr, launches), "unscale")
         return launches.value
 
@@ -175,8 +187,8 @@ class KernelHarness:
         device_ms, host_ms = ctypes.c_float(), ctypes.c_float()
         self._check(self.lib.tfamp_harness_time_unscale(
             tensors.in_p, tensors.out_p, tensors.sizes_p, tensors.types_p, tensors.count,
-            chunk_elements or self.chunk_elements, max_tensors or self.max_tensors, inv_scale_ptr,
-            all_finite_ptr, iterations, device_ms, host_ms), "timing the op")
+            chunk_elements or self.chunk_elements, max_tensors or MOST_TENSORS_ALLOWED,
+            inv_scale_ptr, all_finite_ptr, iterations, device_ms, host_ms), "timing the op")
         return device_ms.value, host_ms.value
 
     def time_copy(self, dst: int, src: int, nbytes: int, iterations: int) -> float:
@@ -221,6 +233,12 @@ class KernelHarness:
         """Whether the emulated streams report being captured into a CUDA graph."""
         self._emulation_only()
         self.lib.tfamp_emulation_set_capturing(int(capturing))
+
+    def set_refuse_large_launches(self, refuse: bool) -> None:
+        """Whether the emulated driver refuses launches with over 4 KB of parameters whatever
+        version it reports."""
+        self._emulation_only()
+        self.lib.tfamp_emulation_set_refuse_large_launches(int(refuse))
 
     def take_counts(self) -> LaunchCounts:
         """Launches, blocks and threads the emulation ran since the last call."""

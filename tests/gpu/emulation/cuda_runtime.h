@@ -166,6 +166,9 @@ struct Emulator {
   // What cudaDriverGetVersion answers (harness_library.py: EMULATED_DRIVER_VERSION).
   int driver_version = 13000;
   bool capturing = false;  // what cudaStreamIsCapturing answers for every stream
+  // Refuse launches over 4 KB of parameters whatever driver_version says (a driver that
+  // misreports what it passes).
+  bool refuse_large_launches = false;
 };
 
 // One emulator per process: a function-local static, shared by every translation unit.
@@ -269,7 +272,7 @@ class Launch {
   template <typename... Args>
   void operator()(const Args&... args) const {
     if (kParameterBytes > kSmallParameterLimit &&
-        State().driver_version < kLargeParameterDriver) {
+        (State().driver_version < kLargeParameterDriver || State().refuse_large_launches)) {
       Fail(cudaErrorNotSupported);
       return;
     }

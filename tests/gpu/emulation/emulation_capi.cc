@@ -29,6 +29,11 @@ void tfamp_emulation_set_capturing(int capturing) {
   cuda_emulation::State().capturing = capturing != 0;
 }
 
+// refuse != 0: launches with over 4 KB of parameters fail whatever driver version is reported.
+void tfamp_emulation_set_refuse_large_launches(int refuse) {
+  cuda_emulation::State().refuse_large_launches = refuse != 0;
+}
+
 // Launches, blocks and threads since the last call; resets the counts.
 void tfamp_emulation_take_counters(int64_t* launches, int64_t* blocks, int64_t* threads) {
   cuda_emulation::LaunchCounters& counters = cuda_emulation::State().counters;
