@@ -41,6 +41,7 @@ from . import step_watch
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
+from .hidden_non_finite import HiddenNonFinite
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
 from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
@@ -66,6 +67,7 @@ class _RewritingSession:
                                          session_compat(compat), config, target)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
+        self._hidden = HiddenNonFinite(self._shadow) if self._shadow is not None else None
         self._said_non_finite = False
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
@@ -190,29 +192,45 @@ class _RewritingSession:
         self._unscaled.before_run(elements)
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
-        if watched is None and checks is None:
+        hidden = self._hidden_checks(elements, fed) if watched is None else None
+        if watched is None and checks is None and hidden is None:
             values = self._call_base(super().run, mapped, feeds, options, run_metadata)
             self._say_non_finite_fetch(fetches, values)
             return values
         extra, probe_ids = watched if watched is not None else ({}, ())
         if checks is not None:
             extra = dict(extra, checks=checks[1])
+        if hidden is not None:
+            extra = dict(extra, hidden=hidden[1])
         steps_before = step_watch.step_runs_so_far()
         values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
         if watched is not None:
             self._watch.after_run(extra_values, probe_ids, self._run_private)
-        self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values)
+        self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
+                        hidden, extra_values.get("hidden"))
         return values
 
-    def _judge_run(self, checks, statuses, steps_before: int, fetches, values) -> None:
+    def _hidden_checks(self, elements, fed):
+        """What ``HiddenNonFinite`` plans for a run with no loss-scaled step, until an inf/nan
+        has been said."""
+        return None if self._said_non_finite else self._hidden.fetches(elements, fed)
+
+    def _judge_run(self, checks, statuses, steps_before: int, fetches, values, hidden=None,
+                   hidden_statuses=None) -> None:
         """After a run and its step watch: the deferred checks' verdict (``checks``: what
         ``DeferredChecks.fetches`` planned, ``statuses`` their values), then, for a run that
-        computed no loss-scaled step, the inf/nan line."""
+        computed no loss-scaled step, the inf/nan line: for the fetched values, else for the
+        tensors ``hidden`` (what ``HiddenNonFinite.fetches`` planned) watched."""
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
-        if step_watch.step_runs_so_far() == steps_before:
-            self._say_non_finite_fetch(fetches, values)
+        if step_watch.step_runs_so_far() != steps_before:
+            return
+        self._say_non_finite_fetch(fetches, values)
+        if hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
+            found = hidden[0][int(np.argmax(hidden_statuses))]
+            self._say_non_finite("computed inf/nan in %s, so the values it returned do not show it,"
+                                 % found)
 
     def _say_non_finite_fetch(self, fetches, values) -> None:
         """A run that computed no loss-scaled step has no step watch: an inf/nan it returns
@@ -222,15 +240,20 @@ class _RewritingSession:
         found = _non_finite_leaf(fetches, values)
         if found is None:
             return
-        self._said_non_finite = True
         name = getattr(found, "name", found)
-        log_once("tfamp_rewrite: a run of the rewritten graph returned inf/nan%s and computed no "
-                 "loss-scaled step, so nothing watched or healed it. If float32 gives finite values "
-                 "there, a %s value overflowed, or a large constant became inf in %s (a -1e9 "
-                 "attention mask: 0 x inf is nan); tfamp-rewrite doctor names the node, and "
+        self._say_non_finite("returned inf/nan%s" % (
+            " in %r" % name if isinstance(name, str) and name else ""))
+
+    def _say_non_finite(self, what: str) -> None:
+        if self._said_non_finite:
+            return
+        self._said_non_finite = True
+        log_once("tfamp_rewrite: a run of the rewritten graph %s and computed no loss-scaled "
+                 "step, so nothing watched or healed it. If float32 gives finite values there, a "
+                 "%s value overflowed, or a large constant became inf in %s (a -1e9 attention "
+                 "mask: 0 x inf is nan); tfamp-rewrite doctor names the node, and "
                  "nodes_to_exclude or TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it "
-                 "float32 (said once)" % (" in %r" % name if isinstance(name, str) and name else "",
-                                          self._shadow.dtype, self._shadow.dtype))
+                 "float32 (said once)" % (what, self._shadow.dtype, self._shadow.dtype))
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""
@@ -282,10 +305,12 @@ class _RewritingSession:
         step_tensors = nest.flatten(steps) if steps else []
         checks = self._checks.fetches(fetches + targets, fed)
         check_tensors = [checks[1]] if checks else []
+        hidden = None if steps else self._hidden_checks(fetches + targets, fed)
+        hidden_tensors = [hidden[1]] if hidden else []
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
         _replace(mapped.feed, [t.name for t in feeds])
-        _replace(mapped.fetch, [t.name for t in fetches + step_tensors + check_tensors])
+        _replace(mapped.fetch, [t.name for t in fetches + step_tensors + check_tensors + hidden_tensors])
         _replace(mapped.target, [op.name for op in targets])
         for connection in mapped.tensor_connection:
             connection.from_tensor = shadow.private_fetch(connection.from_tensor).name
@@ -303,8 +328,10 @@ class _RewritingSession:
                 step_values = nest.pack_sequence_as(
                     steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
                 self._watch.after_run({"steps": step_values}, (), self._run_private)
-            self._judge_run(checks, results[-1] if checks else None, steps_before,
-                            list(callable_options.fetch), list(results[:len(fetches)]))
+            after_steps = len(fetches) + len(step_tensors)
+            self._judge_run(checks, results[after_steps] if checks else None, steps_before,
+                            list(callable_options.fetch), list(results[:len(fetches)]),
+                            hidden, results[-1] if hidden else None)
             return results[:len(fetches)]
 
         return run_private

@@ -222,6 +222,19 @@ class ShadowGraph:
             return name
         return self._scope + name
 
+    def user_name(self, private_name: str) -> str:
+        """The user graph's name for the private graph's node or tensor ``private_name``
+        (the inverse of ``private_name``; added nodes keep their own names)."""
+        if self._scope and private_name.startswith(self._scope):
+            return private_name[len(self._scope):]
+        return private_name
+
+    def computes_in_half(self, op) -> bool:
+        """Whether the private graph's ``op`` computes in half: a half output, or under
+        emulated numerics a node the rewrite converted (float32 values rounded to half)."""
+        return (any(t.dtype in (tf.float16, tf.bfloat16) for t in op.outputs)
+                or self.user_name(op.name) in self._emulated_half)
+
     def _graph_to_import(self, graph_def, result):
         """What the private graph holds: the rewrite (a subclass may keep the user's graph)."""
         del graph_def

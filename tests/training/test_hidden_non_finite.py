@@ -1,0 +1,159 @@
+"""Inf/nan that an inference run's fetched values cannot show (hidden_non_finite.py).
+
+A classifier whose float16 logits overflow returns ordinary-looking predictions (argmax of
+inf) and a finite accuracy: the session must say so, once, and change nothing it returns.
+"""
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from graph_runner import plain_config
+from model_graphs import control_flow_v1
+from tensorflow.core.protobuf import config_pb2
+
+from tfamp_rewrite.training.hidden_non_finite import _in_control_flow
+from tfamp_rewrite.training.session import Session
+
+tf1 = tf.compat.v1
+# Logits 4x * [1, 2, 3]: x = 2**13 overflows float16 in two of them (argmax 1, not 2).
+OVERFLOWING = np.full([2, 4], 2.0 ** 13, np.float32)
+ORDINARY = np.full([2, 4], 1.0, np.float32)
+LABELS = np.array([2, 2])
+HIDDEN_LINE = "computed inf/nan in 'logits:0', read by 'predictions' (ArgMax)"
+
+
+@pytest.fixture(autouse=True)
+def cpu_target_and_fresh_log(monkeypatch):
+    from tfamp_rewrite.training import devices, shadow_graph
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())
+    monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+
+
+def classifier_graph():
+    """``predictions = argmax(x @ w)`` and ``accuracy`` against ``labels``: no float fetch
+    shows an overflow of the MatMul."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        labels = tf1.placeholder(tf.int64, [None], name="labels")
+        logits = tf.matmul(x, tf.constant(np.tile([[1.0, 2.0, 3.0]], [4, 1]), tf.float32),
+                           name="logits")
+        predictions = tf.argmax(logits, 1, name="predictions")
+        tf.reduce_mean(tf.cast(tf.equal(predictions, labels), tf.float32), name="accuracy")
+    return graph
+
+
+def hidden_lines(caplog):
+    return [r.getMessage() for r in caplog.records if "do not show it" in r.getMessage()]
+
+
+def test_an_overflow_hidden_by_argmax_is_said_once_and_changes_nothing(caplog):
+    graph = classifier_graph()
+    fetches = ["predictions:0", "accuracy:0"]
+    with tf1.Session(graph=graph, config=plain_config()) as plain:
+        expected = plain.run(fetches, {"x:0": ORDINARY, "labels:0": LABELS})
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        ordinary = session.run(fetches, {"x:0": ORDINARY, "labels:0": LABELS})
+        assert not hidden_lines(caplog)
+        overflowed = [session.run(fetches, {"x:0": OVERFLOWING, "labels:0": LABELS})
+                      for _ in range(2)]
+        assert session._hidden_checks(
+            [session._shadow.private_fetch(f) for f in fetches], []) is None  # said: no more checks
+    np.testing.assert_array_equal(ordinary[0], expected[0])
+    assert ordinary[1] == expected[1] == 1.0
+    for predictions, accuracy in overflowed:  # float32 says 2 and 1.0
+        np.testing.assert_array_equal(predictions, [1, 1])
+        assert accuracy == 0.0
+    (line,) = hidden_lines(caplog)
+    assert HIDDEN_LINE in line and "computed no loss-scaled step" in line
+    assert "returned inf/nan" not in caplog.text
+
+
+def test_a_callable_from_options_is_checked_too(caplog):
+    """Keras' way to predict in TF1 graph mode."""
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            Session(graph=classifier_graph()) as session:
+        predict = session._make_callable_from_options(
+            config_pb2.CallableOptions(feed=["x:0"], fetch=["predictions:0"]))
+        np.testing.assert_array_equal(predict(ORDINARY)[0], [2, 2])
+        assert not hidden_lines(caplog)
+        np.testing.assert_array_equal(predict(OVERFLOWING)[0], [1, 1])
+    assert HIDDEN_LINE in hidden_lines(caplog)[0]
+
+
+def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
+    """Only tensors a half node lies upstream of are checked, and never a fed one."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        tf.argmax(tf.exp(x), 1, name="float32_only")  # Exp: deny list, float32
+        tf.argmax(tf.matmul(x, tf.ones([4, 3]), name="logits"), 1, name="half")
+    with Session(graph=graph) as session:
+        private = session._shadow
+        session.run("half:0", {"x:0": ORDINARY})
+
+        def watched(fetch, fed=()):
+            planned = session._hidden.fetches([private.private_fetch(fetch)],
+                                              [private.private_feed(t) for t in fed])
+            return planned[0] if planned else []
+
+        assert watched("float32_only:0") == []
+        assert watched("half:0") == ["'logits:0', read by 'half' (ArgMax)"]
+        assert watched("half:0", fed=["logits:0"]) == []
+
+
+def tf1_control_flow_graph():
+    """An argmax after a cond on ``is_training`` (dropout in one branch), and a greedy decoding
+    loop whose argmax runs inside a while loop, after which another reads its output."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        is_training = tf1.placeholder_with_default(False, [], name="is_training")
+        hidden = tf.matmul(x, tf.ones([4, 4]), name="hidden")
+        branch = tf1.cond(is_training, lambda: tf.nn.dropout(hidden, rate=0.5),
+                          lambda: tf.identity(hidden))
+        tf.argmax(tf.matmul(branch, tf.ones([4, 3]), name="logits"), 1, name="after_cond")
+
+        def step(i, state):
+            token = tf.argmax(tf.matmul(state, tf.ones([4, 4]), name="step_logits"), 1,
+                              name="in_loop")
+            return i + 1, state + tf.one_hot(token, 4)
+
+        _, final = tf1.while_loop(lambda i, _: i < 3, step, [0, hidden])
+        tf.argmax(tf.matmul(final, tf.ones([4, 3]), name="final_logits"), 1, name="after_loop")
+    return graph
+
+
+@pytest.mark.parametrize("imported", [False, True], ids=["python_built", "imported_graph_def"])
+def test_tf1_loops_and_branches_are_found_from_the_graph_alone(imported):
+    graph = tf1_control_flow_graph()
+    if imported:  # as a frozen graph: no control-flow contexts
+        imported_graph = tf.Graph()
+        with imported_graph.as_default():
+            tf1.import_graph_def(graph.as_graph_def(), name="")
+        graph = imported_graph
+    op = graph.get_operation_by_name
+    assert _in_control_flow(op("while/step_logits")) and _in_control_flow(op("while/in_loop"))
+    for outside in ("hidden", "logits", "after_cond", "final_logits", "after_loop"):
+        assert not _in_control_flow(op(outside)), outside
+    branch_ops = [o for o in graph.get_operations() if o.name.startswith("cond/dropout/")]
+    assert branch_ops and all(_in_control_flow(o) for o in branch_ops)
+
+
+def test_a_run_through_tf1_control_flow_watches_only_what_it_can_fetch(caplog):
+    graph = tf1_control_flow_graph()
+    fetches = ["after_cond:0", "after_loop:0"]
+    with tf1.Session(graph=graph, config=plain_config()) as plain:
+        expected = plain.run(fetches, {"x:0": ORDINARY})
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        values = session.run(fetches, {"x:0": ORDINARY})
+        planned = session._hidden.fetches([session._shadow.private_fetch(f) for f in fetches], [
+            session._shadow.private_feed("x:0")])
+    for value, want in zip(values, expected):
+        np.testing.assert_array_equal(value, want)
+    assert sorted(planned[0]) == ["'final_logits:0', read by 'after_loop' (ArgMax)",
+                                  "'logits:0', read by 'after_cond' (ArgMax)"]
+    assert not hidden_lines(caplog)

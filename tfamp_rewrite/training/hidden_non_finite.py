@@ -1,0 +1,128 @@
+"""Inf/nan that a run's fetched values cannot show.
+
+A run that computes no loss-scaled step has no step watch, so the session looks at what it
+returns (session.py).  Some fetched values hide an inf/nan computed upstream: ``argmax`` of
+NaN logits is an ordinary index, a comparison with NaN is ``False``, a NaN cast to an
+integer is some integer, and the accuracy of such predictions is an ordinary number.  A
+classifier or greedy decoder whose half logits overflowed then returns plausible-looking
+garbage.  ``HiddenNonFinite.fetches(elements, fed)`` plans, for such a run, one small extra
+fetch: for each floating tensor that an op hiding inf/nan reads (``HIDING_OPS``) and that a
+half node lies upstream of, whether it holds inf/nan -- packed into one bool vector.
+Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetched there.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from .shadow_graph import ancestors, reachable
+
+# Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
+# type to another (_hidden_inputs).
+HIDING_OPS = {
+    "ArgMax": (0,), "ArgMin": (0,), "TopKV2": (0,), "TopK": (0,), "InTopK": (0,), "InTopKV2": (0,),
+    "Equal": (0, 1), "NotEqual": (0, 1), "Less": (0, 1), "LessEqual": (0, 1),
+    "Greater": (0, 1), "GreaterEqual": (0, 1), "ApproximateEqual": (0, 1),
+}
+_SCOPE = "tfamp_hidden_non_finite"
+
+
+class HiddenNonFinite:
+    """A rewriting session's checks of the inf/nan its runs' fetched values hide."""
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self._key = None
+        self._planned: Dict[tuple, Optional[Tuple[List[str], tf.Tensor]]] = {}
+
+    def fetches(self, elements: Sequence, fed=()) -> Optional[Tuple[List[str], tf.Tensor]]:
+        """``(descriptions, packed statuses)`` for a run of ``elements`` (private graph): a
+        description per watched tensor ("'logits:0' read by 'ArgMax'"), the status true where
+        it holds inf/nan; None when the run computes no such tensor."""
+        key = self.shadow.private_name("")
+        if key != self._key:  # a heal imported a new generation
+            self._key = key
+            self._planned.clear()
+        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
+        if run not in self._planned:
+            self._planned[run] = self._plan(elements, fed)
+        return self._planned[run]
+
+    def _plan(self, elements, fed):
+        fed_names = {t.name for t in fed}
+        computed = ancestors(elements, fed_names)
+        half_downstream = reachable(
+            [op for op in computed if self.shadow.computes_in_half(op)],
+            lambda op: [c for t in op.outputs for c in t.consumers() if c in computed])
+        watched = {}
+        for op in sorted(computed, key=lambda o: o.name):
+            for index in _hidden_inputs(op):
+                tensor = op.inputs[index]
+                if (tensor.dtype.is_floating and tensor.op in half_downstream
+                        and tensor.name not in fed_names and tensor.name not in watched
+                        and not _in_control_flow(tensor.op)):
+                    watched[tensor.name] = (tensor, op)
+        if not watched:
+            return None
+        descriptions, statuses = [], []
+        with self.shadow.graph.as_default(), tf.compat.v1.name_scope(None), \
+                tf.compat.v1.name_scope(_SCOPE):
+            for tensor, reader in watched.values():
+                descriptions.append("%r, read by %r (%s)" % (self.shadow.user_name(tensor.name),
+                                                            self.shadow.user_name(reader.name),
+                                                            reader.type))
+                with tf.compat.v1.colocate_with(tensor.op, ignore_existing=True):
+                    values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
+                    statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
+            packed = tf.stack(statuses)
+        return descriptions, packed
+
+
+def _hidden_inputs(op) -> Tuple[int, ...]:
+    """The inputs of ``op`` whose inf/nan its outputs do not show."""
+    if op.type == "Cast":
+        return (0,) if op.inputs[0].dtype.is_floating and not op.outputs[0].dtype.is_floating else ()
+    return HIDING_OPS.get(op.type, ())
+
+_LOOP_ENTRY = ("Enter", "RefEnter")
+_LOOP_EXIT = ("Exit", "RefExit")
+_BRANCH_ENTRY = ("Switch", "RefSwitch")
+_BRANCH_EXIT = ("Merge", "RefMerge")
+
+
+def _in_control_flow(op) -> bool:
+    """Whether ``op`` runs inside a TF1 while loop or cond branch, found from the graph alone
+    (an imported GraphDef has no control-flow contexts): walking back along its inputs, an
+    ``Enter`` reached past fewer ``Exit``s than it closes, or a cond's ``Switch`` past fewer
+    ``Merge``s, is the start of a frame or branch that ``op`` lies in."""
+    stack, seen = [(op, 0, 0)], set()
+    while stack:
+        state = stack.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        node, loops, branches = state
+        if node.type in _LOOP_ENTRY:
+            if loops == 0:
+                return True
+            loops -= 1
+        elif node.type in _LOOP_EXIT:
+            loops += 1
+        elif node.type in _BRANCH_ENTRY and not _is_loop_switch(node):
+            if branches == 0:
+                return True
+            branches -= 1
+        elif node.type in _BRANCH_EXIT and not _is_loop_merge(node):
+            branches += 1
+        for parent in [t.op for t in node.inputs] + list(node.control_inputs):
+            stack.append((parent, loops, branches))
+    return False
+
+
+def _is_loop_switch(op) -> bool:
+    return op.inputs[1].op.type == "LoopCond"
+
+
+def _is_loop_merge(op) -> bool:
+    return any(t.op.type in ("NextIteration", "RefNextIteration") for t in op.inputs)
