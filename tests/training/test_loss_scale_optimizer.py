@@ -222,6 +222,38 @@ def test_a_clip_that_makes_an_inf_gradient_finite_still_skips_the_step():
             assert (session.run(w) < 1.0).all()
 
 
+def test_accumulated_gradients_are_applied_in_a_run_that_computes_no_loss():
+    """BERT-style accumulation: compute_gradients' results are summed into variables over
+    runs, and another run applies them, feeding nothing and pulling no batch. An inf that
+    reached an accumulator still skips the step."""
+    graph = tf.Graph()
+    with graph.as_default():
+        batches = tf1.data.make_one_shot_iterator(
+            tf.data.Dataset.from_tensor_slices(np.arange(1, 9, dtype=np.float32)).batch(1))
+        poison = tf1.placeholder(tf.float32, [])
+        w = tf1.get_variable("w", initializer=[1.0])
+        optimizer = LossScaleOptimizer(momentum(), "dynamic")
+        ((grad, var),) = optimizer.compute_gradients(tf1.reduce_sum(w * batches.get_next()) * poison)
+        accumulator = tf1.get_variable("accumulator", initializer=[0.0], trainable=False)
+        accumulate = accumulator.assign_add(grad)
+        apply = optimizer.apply_gradients([(accumulator / 2.0, var)])
+        zero = accumulator.assign([0.0])
+        scale = optimizer.loss_scale()
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for poisoned in (False, True, False):
+                session.run(zero)
+                for _ in range(2):
+                    session.run(accumulate, {poison: np.inf if poisoned else 1.0})
+                before = session.run(w)
+                session.run(apply)  # no feed: the loss is not computed again
+                assert (session.run(w) == before).all() == poisoned
+            assert session.run(scale) == 2.0**14  # one skipped step
+            with pytest.raises(tf.errors.OutOfRangeError):  # 6 batches were left to pull
+                for _ in range(3):
+                    session.run(accumulate, {poison: 1.0})
+
+
 def test_gradients_scaled_by_another_optimizer_are_said_to_be(caplog, monkeypatch):
     from tfamp_rewrite.training import devices
 

@@ -174,10 +174,11 @@ def _same_gradients(first, second):
     return ids(first) == ids(second)
 
 
-def _depends_on_any(tensors, ops) -> bool:
+def _depends_on_any(tensors, ops, through_variables=True) -> bool:
     """True if an op in ``ops`` is among the ancestors of ``tensors``: through data and
-    control inputs, and through variables -- an op assigning a variable (a gradient
-    accumulator's ``assign_add(grad)``) counts as an ancestor of the variable's reads."""
+    control inputs, and (``through_variables``) through variables -- an op assigning a
+    variable (a gradient accumulator's ``assign_add(grad)``) counts as an ancestor of the
+    variable's reads, although it may have run in an earlier ``Session.run``."""
     stack = [t.op for t in tensors]
     seen = set()
     writers = None
@@ -190,7 +191,7 @@ def _depends_on_any(tensors, ops) -> bool:
         seen.add(op)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
-        if op.type in _VARIABLE_OPS:
+        if through_variables and op.type in _VARIABLE_OPS:
             writers = _variable_writers(op.graph) if writers is None else writers
             stack.extend(writers.get(op, ()))
     return False
@@ -442,14 +443,18 @@ class LossScaleOptimizer(_tf.train.Optimizer):
 
     def _all_finite(self, grads):
         """The finite flag for ``grads``: reused if compute_gradients produced exactly them,
-        and-ed with it if they were derived from them (clipping can make an inf finite)."""
+        and-ed with it if they were computed from them in the same run (clipping can make an
+        inf finite). Gradients read from accumulators are checked as they are: and-ing them
+        with compute_gradients' flag would recompute the loss, and need its feeds or pull
+        another batch, in the run that applies the accumulated gradients."""
         checked = self._checked
         if checked is not None and _same_gradients(checked.grads, grads):
             return checked.all_finite
         self._warn_if_unscaled(grads)
         _, all_finite = _unscale_and_check_finite(grads, 1.0)
         if checked is not None and _depends_on_any(_tensors_of(grads),
-                                                   {t.op for t in _tensors_of(checked.grads)}):
+                                                   {t.op for t in _tensors_of(checked.grads)},
+                                                   through_variables=False):
             all_finite = _tf.logical_and(all_finite, checked.all_finite)
         return all_finite
 
