@@ -32,7 +32,7 @@ ALLOWED = {
     "saved_graph": {BASICS, "graph_rewrite", "doctor", "fused_op", "saved_graph"},
     FRONT_DOOR: {BASICS, "graph_rewrite", "doctor", "fused_op", "training", "saved_graph", FRONT_DOOR},
 }
-SHARED_BASICS = {"errors", "dtypes", "tf_compat"}
+SHARED_BASICS = {"errors", "dtypes", "tf_compat", "user_log"}
 FRONT_DOORS = {"__init__", "__main__", "run"}
 # The package root's __init__ is a front door; of it, only its version string may be imported.
 ROOT_NAMES_ANYONE_MAY_IMPORT = {"__version__"}

@@ -84,6 +84,25 @@ def test_a_callable_from_options_is_checked_too(caplog):
     assert HIDDEN_LINE in hidden_lines(caplog)[0]
 
 
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_a_ctc_decoder_of_overflowed_logits_is_said(caplog, decoder):
+    """A CTC decoder turns NaN logits into an ordinary-looking transcript."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [5, 1, 4], name="x")  # time-major
+        logits = tf.matmul(tf.reshape(x, [5, 4]), tf.ones([4, 3]), name="logits")
+        logits = tf.reshape(logits - tf.reduce_mean(logits), [5, 1, 3], name="time_major")
+        decode = (tf.nn.ctc_greedy_decoder if decoder == "greedy" else tf.nn.ctc_beam_search_decoder)
+        (decoded,), _ = decode(logits, [5])
+        tf.identity(decoded.values, name="labels")
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run("labels:0", {"x:0": np.full([5, 1, 4], 1.0, np.float32)})
+        assert not hidden_lines(caplog)
+        session.run("labels:0", {"x:0": np.full([5, 1, 4], 2.0 ** 14, np.float32)})
+    (line,) = hidden_lines(caplog)
+    assert "'time_major:0', read by" in line and "CTC" in line
+
+
 def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
     """Only tensors a half node lies upstream of are checked, and never a fed one."""
     graph = tf.Graph()

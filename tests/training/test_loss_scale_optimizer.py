@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 from loss_scaling_problems import (
     GOOD_STEPS,
     SCALE,
@@ -252,6 +253,46 @@ def test_accumulated_gradients_are_applied_in_a_run_that_computes_no_loss():
             with pytest.raises(tf.errors.OutOfRangeError):  # 6 batches were left to pull
                 for _ in range(3):
                     session.run(accumulate, {poison: 1.0})
+
+
+def test_gradients_summed_in_a_tf1_while_loop_are_applied_after_it():
+    """compute_gradients in a loop body, summed in loop variables, applied after the loop:
+    the body's finite flag cannot leave the loop, the sum's own check decides."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        poison = tf1.placeholder_with_default(1.0, [])
+        w = tf1.get_variable("w", initializer=[1.0, 2.0])
+        optimizer = LossScaleOptimizer(momentum(), "dynamic")
+
+        def body(i, total):
+            loss = tf1.reduce_sum(tf.square(w * tf.cast(i + 1, tf.float32))) * poison
+            ((grad, _),) = optimizer.compute_gradients(loss, [w])
+            return i + 1, total + grad
+
+        _, summed = tf1.while_loop(lambda i, _: i < 3, body, [0, tf.zeros([2])])
+        train = optimizer.apply_gradients([(summed / 3.0, w)])
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(train, {poison: np.inf})
+            np.testing.assert_array_equal(session.run(w), [1.0, 2.0])
+            session.run(train)
+            assert (session.run(w) < [1.0, 2.0]).all()
+
+
+def test_a_variable_given_as_the_gradient_is_checked_as_read():
+    """nshepperd/gpt-2's AccumulatingOptimizer applies [(accumulator_variable, var)]."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 2.0])
+        accumulator = tf1.get_variable("accumulator", initializer=[0.5, 0.5], trainable=False)
+        train = LossScaleOptimizer(momentum(), "dynamic").apply_gradients([(accumulator, w)])
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(train)
+            np.testing.assert_allclose(session.run(w), [0.975, 1.975])  # lr 0.05 x 0.5
+            session.run(accumulator.assign([np.inf, 0.0]))
+            session.run(train)
+            np.testing.assert_allclose(session.run(w), [0.975, 1.975])  # skipped
 
 
 def test_gradients_scaled_by_another_optimizer_are_said_to_be(caplog, monkeypatch):

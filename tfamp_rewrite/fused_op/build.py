@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..user_log import log_info
 from . import cuda_toolchain
 
 SOURCE_DIR_NAME = "unscale_and_check_finite"
@@ -271,6 +272,9 @@ def build_libraries(force: bool = False, tensorflow: TensorFlowBuild = None) -> 
     if force and directory.exists():
         shutil.rmtree(str(directory))
     if not (directory / CPU_LIBRARY).is_file():
+        log_info("tfamp_rewrite: building the op libraries (UnscaleAndCheckFinite, RoundToHalf) "
+                 "into %s: the first use with this TensorFlow, compiler and sources; about a "
+                 "minute, several with nvcc" % directory)
         _build_into(directory, steps)
     gpu = directory / GPU_LIBRARY
     if cuda and not gpu.is_file():

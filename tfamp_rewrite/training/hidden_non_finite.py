@@ -24,6 +24,8 @@ HIDING_OPS = {
     "ArgMax": (0,), "ArgMin": (0,), "TopKV2": (0,), "TopK": (0,), "InTopK": (0,), "InTopKV2": (0,),
     "Equal": (0, 1), "NotEqual": (0, 1), "Less": (0, 1), "LessEqual": (0, 1),
     "Greater": (0, 1), "GreaterEqual": (0, 1), "ApproximateEqual": (0, 1),
+    # A CTC decoder of NaN logits returns ordinary-looking (or empty) transcripts.
+    "CTCGreedyDecoder": (0,), "CTCBeamSearchDecoder": (0,),
 }
 _SCOPE = "tfamp_hidden_non_finite"
 
@@ -66,13 +68,13 @@ class HiddenNonFinite:
         if not watched:
             return None
         descriptions, statuses = [], []
-        with self.shadow.graph.as_default(), tf.compat.v1.name_scope(None), \
-                tf.compat.v1.name_scope(_SCOPE):
+        graph = self.shadow.graph
+        with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(_SCOPE):
             for tensor, reader in watched.values():
                 descriptions.append("%r, read by %r (%s)" % (self.shadow.user_name(tensor.name),
                                                             self.shadow.user_name(reader.name),
                                                             reader.type))
-                with tf.compat.v1.colocate_with(tensor.op, ignore_existing=True):
+                with graph.colocate_with(tensor.op, ignore_existing=True):
                     values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
                     statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
             packed = tf.stack(statuses)

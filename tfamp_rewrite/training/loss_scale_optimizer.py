@@ -213,6 +213,17 @@ def _variable_writers(graph):
     return writers
 
 
+def _usable_here(tensor) -> bool:
+    """Whether ops built now may read ``tensor``: not one computed inside a TF1 while loop or
+    cond branch (or a function) that the current context is not in -- gradients computed
+    in a loop body and summed in its loop variables, applied after the loop."""
+    graph = _tf.get_default_graph()
+    if tensor.graph is not graph:
+        return False
+    context = tensor.op._get_control_flow_context()  # pylint: disable=protected-access
+    return context is None or context is graph._get_control_flow_context()  # pylint: disable=protected-access
+
+
 def _unscale_and_check_finite(grads, inv_scale):
     """``unscale_and_check_finite`` for any floating gradient, in stock ops a saved graph can
     hold (a rewriting session runs them as the fused op): the fused op takes half, float and
@@ -450,11 +461,13 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         checked = self._checked
         if checked is not None and _same_gradients(checked.grads, grads):
             return checked.all_finite
+        # A variable given as the gradient (gpt-2's AccumulatingOptimizer) is checked as read.
+        grads = [_tf.convert_to_tensor(g) if isinstance(g, _tf.Variable) else g for g in grads]
         self._warn_if_unscaled(grads)
         _, all_finite = _unscale_and_check_finite(grads, 1.0)
-        if checked is not None and _depends_on_any(_tensors_of(grads),
-                                                   {t.op for t in _tensors_of(checked.grads)},
-                                                   through_variables=False):
+        if (checked is not None and _usable_here(checked.all_finite)
+                and _depends_on_any(_tensors_of(grads), {t.op for t in _tensors_of(checked.grads)},
+                                    through_variables=False)):
             all_finite = _tf.logical_and(all_finite, checked.all_finite)
         return all_finite
 

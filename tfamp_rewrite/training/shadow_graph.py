@@ -42,7 +42,7 @@ from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
 from .step_signals import step_signals
-from .user_log import LOGGER_NAME, log_info
+from ..user_log import LOGGER_NAME, log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
