@@ -8,7 +8,6 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from model_graphs import control_flow_v1
 from loss_scaling_problems import (
     GOOD_STEPS,
     SCALE,
@@ -18,6 +17,7 @@ from loss_scaling_problems import (
     run,
     without_loss_scale,
 )
+from model_graphs import control_flow_v1
 from tf_api import keras_loss_scale_optimizer, keras_sgd, tf_loss_scaling
 
 import tfamp_rewrite

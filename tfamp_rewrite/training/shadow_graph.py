@@ -36,13 +36,13 @@ from ..graph_rewrite.graph_view import GraphView, parse_input
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
+from ..user_log import LOGGER_NAME, log_info
 from .check_deferral import defer_checks
 from .devices import log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
 from .step_signals import step_signals
-from ..user_log import LOGGER_NAME, log_info
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO

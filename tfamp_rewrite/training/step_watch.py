@@ -33,12 +33,12 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 from ..doctor.limits import limits_for
+from ..user_log import log_info
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, StepDiagnosis
 from .step_signals import step_signals
-from ..user_log import log_info
 from .variable_check import VariableCheck
 
 # Per thread: how many runs computed a loss-scaled step, and whether the last of them skipped
