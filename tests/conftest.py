@@ -20,6 +20,14 @@ os.environ["TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_EMULATE_FP16"] = "0"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
 
 
+@pytest.fixture(autouse=True)
+def no_heals_from_earlier_tests(monkeypatch):
+    """Sessions keep what earlier sessions of the process healed; each test starts afresh."""
+    from tfamp_rewrite.training import step_watch
+
+    monkeypatch.setattr(step_watch, "_healed_in_process", [])
+
+
 def pytest_addoption(parser):
     parser.addoption("--tf1-behavior", action="store_true", default=False,
                      help="run with tf.compat.v1.disable_v2_behavior(), as TF1 programs do")

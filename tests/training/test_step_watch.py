@@ -12,6 +12,7 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 
 import tfamp_rewrite
 from tfamp_rewrite.training import devices, step_watch
@@ -341,6 +342,63 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
     assert np.isfinite(losses[0]) and session.heals == [] and culprit_messages(caplog) == []
     assert [r for r in caplog.records if "node(s) kept float32 as %s=" % step_watch.HEAL_FILE_ENV
             in r.getMessage()]
+
+
+def test_sessions_made_after_a_heal_start_healed(caplog):
+    """An Estimator's evaluation and its next train() open new sessions on new graphs of the
+    same names: they keep what the first session healed, and say so once."""
+    parts = overflow_net()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+    assert session.heals
+    caplog.clear()
+    for _ in range(2):
+        again = overflow_net()
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            with tfamp_rewrite.Session(graph=again["graph"]) as later:
+                later.run(again["init"])
+                losses = train(again, later, 3)
+        assert later.rewrite_reports[0].decision("logits").dtype == "float32"
+        assert np.isfinite(losses).all() and later.heals == [] and culprit_messages(caplog) == []
+    assert len([r for r in caplog.records if "sessions made after a heal keep its nodes float32"
+                in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("flow", ["while_loop", "cond"])
+def test_steps_inside_tf1_control_flow_are_said_to_be_unwatched(caplog, flow):
+    """Their finite flag cannot be fetched: one warning says the skips go unseen, and no run
+    is called one that 'computed no loss-scaled step'."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf.constant(np.full([4, 8], 3e3, np.float32))
+        w = tf1.get_variable("w", initializer=tf1.ones([8, 4]) * 8.0)
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9))
+
+        def step():
+            loss = tf.reduce_mean(tf.matmul(x, w, name="logits"))  # 9.6e4: inf in float16
+            return loss, optimizer.minimize(loss)
+
+        def trained_loss():
+            loss, train_op = step()
+            with tf.control_dependencies([train_op]):
+                return tf.identity(loss)
+
+        if flow == "while_loop":
+            fetch = tf1.while_loop(lambda i, _: i < 2, lambda i, _: (i + 1, trained_loss()),
+                                   [0, 0.0])[1]
+        else:
+            fetch = tf1.cond(tf.constant(True), trained_loss, lambda: 0.0)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(3):
+                assert not np.isfinite(session.run(fetch))
+    said = [r.getMessage() for r in caplog.records if "inside a TF1 tf.cond or tf.while_loop"
+            in r.getMessage()]
+    assert len(said) == 1 and "not said, diagnosed or healed" in said[0]
+    assert "computed no loss-scaled step" not in caplog.text
 
 
 def test_a_heal_file_stays_strict_json_when_a_culprit_held_inf(tmp_path):

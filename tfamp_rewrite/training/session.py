@@ -95,7 +95,12 @@ class _RewritingSession:
         if kept:
             log_once("tfamp_rewrite: %d node(s) kept float32 as %s=%s lists them (e.g. '%s')" % (
                 len(kept), HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), kept[0]))
-        self._shadow.kept_float32.update(kept)
+        healed = [n for n in step_watch.healed_in_this_process() if n not in kept]
+        if healed:
+            log_once("tfamp_rewrite: sessions made after a heal keep its nodes float32 from their "
+                     "first run (an Estimator's evaluation and next train() too): %d node(s) so "
+                     "far, e.g. '%s' (said once)" % (len(healed), healed[0]))
+        self._shadow.kept_float32.update(kept + healed)
         every = monitor_every()
         monitor = (PrecisionMonitor(every, os.environ.get(MONITOR_DIR_ENV) or DEFAULT_DIR,
                                     limits_for(self._shadow.dtype)) if every else None)
@@ -190,19 +195,20 @@ class _RewritingSession:
         mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
         elements, fed = fetch_elements(mapped), _fed_tensors(feeds)
         self._unscaled.before_run(elements)
+        steps_before = step_watch.step_runs_so_far()  # a run with unwatched steps counts at once
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
-        hidden = self._hidden_checks(elements, fed) if watched is None else None
+        steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
+        hidden = self._hidden_checks(elements, fed) if watched is None and not steps_unseen else None
         if watched is None and checks is None and hidden is None:
             values = self._call_base(super().run, mapped, feeds, options, run_metadata)
-            self._say_non_finite_fetch(fetches, values)
+            self._judge_run(None, None, steps_before, fetches, values)
             return values
         extra, probe_ids = watched if watched is not None else ({}, ())
         if checks is not None:
             extra = dict(extra, checks=checks[1])
         if hidden is not None:
             extra = dict(extra, hidden=hidden[1])
-        steps_before = step_watch.step_runs_so_far()
         values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
         if watched is not None:
             self._watch.after_run(extra_values, probe_ids, self._run_private)

@@ -30,7 +30,7 @@ import os
 import tempfile
 import threading
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..doctor.limits import limits_for
 from ..user_log import log_info
@@ -65,6 +65,24 @@ def skipped_while_recovering_since(graph, count: int) -> bool:
 def _record_step_run(recovering_graph) -> None:
     _step_runs.count = step_runs_so_far() + 1
     _step_runs.recovering = recovering_graph
+
+
+# Nodes any session of this process healed: sessions made later keep them float32 from their
+# first run (an Estimator opens a new session, on a new graph of the same names, for every
+# evaluation and every train() call; without this each would skip and heal again).
+_healed_in_process: List[str] = []
+_healed_lock = threading.Lock()
+
+
+def healed_in_this_process() -> List[str]:
+    """The nodes earlier sessions of this process healed, in the order they were healed."""
+    with _healed_lock:
+        return list(_healed_in_process)
+
+
+def _remember_healed(nodes) -> None:
+    with _healed_lock:
+        _healed_in_process.extend(n for n in nodes if n not in _healed_in_process)
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
@@ -142,12 +160,13 @@ class StepWatch:
         self._diagnosis: Optional[StepDiagnosis] = None
         self._variable_check: Optional[VariableCheck] = None
         self._generation = None
-        self._computed: Dict[tuple, List[int]] = {}
+        self._computed: Dict[tuple, Tuple[List[int], List[int]]] = {}
         self._lock = threading.Lock()
         self._said_final = False
         self._said_skip = False     # the first skipped step is said once (INFO)
         self._said_settled = False  # a long episode ended without a culprit: said once
         self._said_variables = False  # weights holding inf/nan: said once
+        self._said_unwatched = False  # steps inside TF1 control flow: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -160,6 +179,7 @@ class StepWatch:
                 return None
             steps = self._step_fetches(signals, elements, fed)
             if not steps:
+                self._note_unwatched(signals, elements, fed)
                 return None
             extra = {"steps": steps}
             ids = ()
@@ -184,7 +204,7 @@ class StepWatch:
         self._follow_generation()
         return {i: (self.shadow.private_fetch(signals[i].all_finite),
                     self.shadow.private_fetch(signals[i].scale))
-                for i in self._steps_computed(signals, elements, fed)}
+                for i in self._steps_computed(signals, elements, fed)[0]}
 
     def _global_step(self):
         """The user graph's global_step in the private graph, or None."""
@@ -199,17 +219,37 @@ class StepWatch:
             self._generation, self._diagnosis, self._variable_check = generation, None, None
             self._computed.clear()
 
-    def _steps_computed(self, signals, elements, fed) -> List[int]:
+    def _steps_computed(self, signals, elements, fed) -> Tuple[List[int], List[int]]:
+        """The dynamically scaled steps a run of ``elements`` computes: those it can watch, and
+        those inside a TF1 cond or while loop, whose flag and scale cannot be fetched."""
         key = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
         cached = self._computed.get(key)
         if cached is None:
             computed = ancestors(elements, {t.name for t in fed})
             graph = self.shadow.user_graph
-            cached = [i for i, s in enumerate(signals) if _is_dynamic(s.loss_scale)
-                      and graph.is_fetchable(s.all_finite) and graph.is_fetchable(s.scale)
-                      and self.shadow.private_fetch(s.all_finite).op in computed]
-            self._computed[key] = cached
+            steps = [i for i, s in enumerate(signals) if _is_dynamic(s.loss_scale)
+                     and s.all_finite.graph is graph
+                     and self.shadow.private_fetch(s.all_finite).op in computed]
+            watched = [i for i in steps if graph.is_fetchable(signals[i].all_finite)
+                       and graph.is_fetchable(signals[i].scale)]
+            cached = self._computed[key] = (watched, [i for i in steps if i not in watched])
         return cached
+
+    def _note_unwatched(self, signals, elements, fed) -> None:
+        """A run whose loss-scaled steps all lie inside TF1 control flow: said once, and
+        counted as a step run (it is one; no inference line)."""
+        unwatched = self._steps_computed(signals, elements, fed)[1]
+        if not unwatched:
+            return
+        _record_step_run(None)
+        if not self._said_unwatched:
+            self._said_unwatched = True
+            _logger.warning(
+                "tfamp_rewrite: a loss-scaled step runs inside a TF1 tf.cond or tf.while_loop "
+                "(its finite flag %r cannot be fetched there), so this session does not see "
+                "its skipped steps: they are not said, diagnosed or healed, though the loss "
+                "scale still falls on each. Call apply_gradients outside the cond or loop to "
+                "have them watched (said once)" % signals[unwatched[0]].all_finite.name)
 
     def _guard(self, signal) -> SkipGuard:
         guard = self._guards.get(id(signal))
@@ -339,6 +379,7 @@ class StepWatch:
             return
         report = self.shadow.heal(culprit.half_nodes)
         self.heals.append(heal)
+        _remember_healed(culprit.half_nodes)
         self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
