@@ -4,6 +4,7 @@ A classifier whose float16 logits overflow returns ordinary-looking predictions 
 inf) and a finite accuracy: the session must say so, once, and change nothing it returns.
 """
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -44,6 +45,10 @@ def classifier_graph():
         predictions = tf.argmax(logits, 1, name="predictions")
         tf.reduce_mean(tf.cast(tf.equal(predictions, labels), tf.float32), name="accuracy")
     return graph
+
+
+def ours(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "tfamp_rewrite"]
 
 
 def hidden_lines(caplog):
@@ -101,6 +106,30 @@ def test_a_ctc_decoder_of_overflowed_logits_is_said(caplog, decoder):
         session.run("labels:0", {"x:0": np.full([5, 1, 4], 2.0 ** 14, np.float32)})
     (line,) = hidden_lines(caplog)
     assert "'time_major:0', read by" in line and "CTC" in line
+
+
+def test_an_assertion_failing_below_half_nodes_is_said(caplog):
+    """tf.metrics.auc checks its predictions lie in [0, 1]: NaN ones fail the run, and the
+    fetches can no longer be looked at. TensorFlow's own error is raised unchanged."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        labels = tf1.placeholder(tf.float32, [None, 1], name="labels")
+        logits = tf.matmul(x, tf.ones([4, 1]), name="logits")
+        predictions = tf.sigmoid(logits - tf.reduce_max(logits))  # inf - inf: NaN in float16
+        _, update = tf1.metrics.auc(labels, predictions)
+        init = tf1.local_variables_initializer()
+    feed = {"labels:0": np.ones([2, 1], np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        session.run(update, dict(feed, **{"x:0": ORDINARY}))
+        assert not ours(caplog)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="predictions must be in"):
+            session.run(update, dict(feed, **{"x:0": OVERFLOWING * 2}))  # 4 x 2**14: inf
+    (line,) = ours(caplog)
+    assert re.search(r"failed in the assertion 'auc/assert_(less|greater)_equal/Assert/", line) or (
+        "failed in an assertion (assertion failed: [predictions must be in [0, 1]]" in line)
+    assert "If float32 passes it, a float16 value overflowed" in line
 
 
 def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 
 import numpy as np
@@ -43,7 +44,7 @@ from .deferred_checks import DeferredChecks
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
 from .hidden_non_finite import HiddenNonFinite
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
-from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
+from .shadow_graph import ShadowGraph, ancestors, fetch_elements, map_fetch_structure
 from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
 from .unscaled_training import UnscaledTrainingWatch
 
@@ -201,7 +202,7 @@ class _RewritingSession:
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
         hidden = self._hidden_checks(elements, fed) if watched is None and not steps_unseen else None
         if watched is None and checks is None and hidden is None:
-            values = self._call_base(super().run, mapped, feeds, options, run_metadata)
+            values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
             return values
         extra, probe_ids = watched if watched is not None else ({}, ())
@@ -209,12 +210,44 @@ class _RewritingSession:
             extra = dict(extra, checks=checks[1])
         if hidden is not None:
             extra = dict(extra, hidden=hidden[1])
-        values, extra_values = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
+        values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
+                                              elements, fed)
         if watched is not None:
             self._watch.after_run(extra_values, probe_ids, self._run_private)
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
                         hidden, extra_values.get("hidden"))
         return values
+
+    def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):
+        """TensorFlow's run of private-graph ``fetches`` (``elements``, fed ``fed``); an
+        assertion it fails below a half node is said once (the run's values cannot be looked
+        at then), and the error raised as it is."""
+        try:
+            return self._call_base(super().run, fetches, feeds, options, run_metadata)
+        except tf.errors.InvalidArgumentError as error:
+            self._say_failed_assertion(error, elements, fed)
+            raise
+
+    def _say_failed_assertion(self, error, elements, fed) -> None:
+        message = error.message or ""
+        if self._said_non_finite or "assertion failed" not in message:
+            return
+        # error.op is often None: TensorFlow's pattern for the node name also matches a
+        # printed value ("[[-nan]..."), so the name is read from its "{{node NAME}}" tag. An
+        # Assert in a control flow v2 branch is named as in the branch's function: then the
+        # run's fetches stand for it.
+        graph = self._shadow.graph
+        names = [name for name in _FAILED_NODE.findall(message) if _has_operation(graph, name)]
+        if names:
+            upstream = ancestors([graph.get_operation_by_name(names[-1])])
+            which = "the assertion %r" % self._shadow.user_name(names[-1])
+        else:
+            upstream = ancestors(elements, {t.name for t in fed})
+            which = "an assertion (%s)" % message[message.index("assertion failed"):].split("\n")[0][:80]
+        if any(self._shadow.computes_in_half(op) for op in upstream):
+            self._say_non_finite("failed in %s, which %s nodes lie upstream of (a metric's range "
+                                 "check fails on NaN predictions)" % (which, self._shadow.dtype),
+                                 then="If float32 passes it")
 
     def _hidden_checks(self, elements, fed):
         """What ``HiddenNonFinite`` plans for a run with no loss-scaled step, until an inf/nan
@@ -235,8 +268,9 @@ class _RewritingSession:
         self._say_non_finite_fetch(fetches, values)
         if hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
             found = hidden[0][int(np.argmax(hidden_statuses))]
-            self._say_non_finite("computed inf/nan in %s, so the values it returned do not show it,"
-                                 % found)
+            self._say_non_finite("computed inf/nan in %s, so the values it returned do not show "
+                                 "it, and computed no loss-scaled step, so nothing watched or "
+                                 "healed it" % found)
 
     def _say_non_finite_fetch(self, fetches, values) -> None:
         """A run that computed no loss-scaled step has no step watch: an inf/nan it returns
@@ -247,19 +281,21 @@ class _RewritingSession:
         if found is None:
             return
         name = getattr(found, "name", found)
-        self._say_non_finite("returned inf/nan%s" % (
-            " in %r" % name if isinstance(name, str) and name else ""))
+        self._say_non_finite("returned inf/nan%s and computed no loss-scaled step, so nothing "
+                             "watched or healed it" % (
+                                 " in %r" % name if isinstance(name, str) and name else ""))
 
-    def _say_non_finite(self, what: str) -> None:
+    def _say_non_finite(self, what: str, then: str = "If float32 gives finite values there") -> None:
+        """The one line (per session) about an inf/nan no step watch saw: ``what`` the run
+        did, ``then`` the condition under which float16 is to blame."""
         if self._said_non_finite:
             return
         self._said_non_finite = True
-        log_once("tfamp_rewrite: a run of the rewritten graph %s and computed no loss-scaled "
-                 "step, so nothing watched or healed it. If float32 gives finite values there, a "
-                 "%s value overflowed, or a large constant became inf in %s (a -1e9 attention "
-                 "mask: 0 x inf is nan); tfamp-rewrite doctor names the node, and "
-                 "nodes_to_exclude or TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it "
-                 "float32 (said once)" % (what, self._shadow.dtype, self._shadow.dtype))
+        log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
+                 "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
+                 "tfamp-rewrite doctor names the node, and nodes_to_exclude or "
+                 "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it float32 (said once)"
+                 % (what, then, self._shadow.dtype, self._shadow.dtype))
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""
@@ -363,6 +399,17 @@ def _non_finite_leaf(fetches, values):
         if found is not None:
             return found
     return None
+
+
+_FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
+
+
+def _has_operation(graph, name: str) -> bool:
+    try:
+        graph.get_operation_by_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _replace(repeated_field, values) -> None:
