@@ -1,6 +1,8 @@
 """The doctor's sessions: float32 runs of the user's graph, probed, stopped after the steps asked for."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,7 +23,7 @@ def doctor():
     activation.deactivate()
 
 
-def test_sessions_probe_the_float32_graph_and_stop_after_the_steps(doctor):
+def test_sessions_probe_the_float32_graph_and_stop_after_the_steps(doctor, caplog):
     graph = tf.Graph()
     with graph.as_default():
         x = tf1.placeholder(tf.float32, [None, 8], name="x")
@@ -41,6 +43,9 @@ def test_sessions_probe_the_float32_graph_and_stop_after_the_steps(doctor):
         value = session.run(loss, feed)                          # float32: 2400**2 * 8 is no inf
         assert np.isfinite(value) and value == pytest.approx(2 * 4 * 2400.0 ** 2)
         assert doctor.accumulator.batches == 1 and doctor.accumulator.steps == []
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):  # all-zero tensors: the
+            session.run(loss, {x: np.zeros([2, 8], np.float32)})        # probes' inf sentinels
+        assert not caplog.records  # are not the user's inf/nan
         for _ in range(3):
             session.run(train_op, feed)
         with pytest.raises(StopDoctor):

@@ -74,7 +74,7 @@ class _DoctorSession(_RewritingSession):
         gradients = any(p.role in GRADIENT_ROLES for p in probes)
         if not probes or not doctor.probing:
             start = time.perf_counter()
-            values = self._call_base(super().run, mapped, feeds, options, run_metadata)
+            values = self._call_base(self._tensorflow_run, mapped, feeds, options, run_metadata)
             if gradients:
                 doctor.record_plain(time.perf_counter() - start)
             return values
@@ -83,10 +83,17 @@ class _DoctorSession(_RewritingSession):
         if scale is not None:
             extra["scale"] = scale
         start = time.perf_counter()
-        values, measured = self._call_base(super().run, (mapped, extra), feeds, options, run_metadata)
+        values, measured = self._call_base(self._tensorflow_run, (mapped, extra), feeds, options,
+                                           run_metadata)
         counts, extrema = measured["probes"]
         doctor.record(probes, counts, extrema, float(measured.get("scale", 1.0)), time.perf_counter() - start)
         return values
+
+    @property
+    def _tensorflow_run(self):
+        """TensorFlow's own ``run`` (the rewriting session's would judge the doctor's probe
+        values as the user's fetches)."""
+        return super(_RewritingSession, self).run
 
     def _loss_scale_tensor(self):
         """The loss scale of the user graph's last LossScaleOptimizer, in the private graph."""
