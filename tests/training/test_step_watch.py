@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from model_graphs import control_flow_v1
+from tensorflow.core.protobuf import config_pb2
 
 import tfamp_rewrite
 from tfamp_rewrite.training import devices, step_watch
@@ -342,6 +343,24 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
     assert np.isfinite(losses[0]) and session.heals == [] and culprit_messages(caplog) == []
     assert [r for r in caplog.records if "node(s) kept float32 as %s=" % step_watch.HEAL_FILE_ENV
             in r.getMessage()]
+
+
+def test_a_callable_made_from_options_is_diagnosed_and_healed(caplog):
+    """Keras in TF1 graph mode trains through callables made from options: a step due a
+    diagnosis is made as a run, the heal remakes the callable, and training goes on."""
+    parts = overflow_net()
+    (x, y), values = zip(*parts["feed"].items())
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train_step = session._make_callable_from_options(config_pb2.CallableOptions(
+                feed=[x.name, y.name], fetch=[parts["loss"].name], target=[parts["train"].name]))
+            losses = [train_step(*values)[0] for _ in range(40)]
+            global_step = session.run(parts["global_step"])
+    (message,) = culprit_messages(caplog)
+    assert "'logits' (MatMul, allow list)" in message and "heal 1 of at most 8" in message
+    assert session.heals and session.heals[0].culprit == "logits:0"
+    assert not np.isfinite(losses[0]) and np.isfinite(losses[-10:]).all() and global_step > 0
 
 
 def test_sessions_made_after_a_heal_start_healed(caplog):

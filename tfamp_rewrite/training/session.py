@@ -332,9 +332,42 @@ class _RewritingSession:
         """Keras' way to run in TF1 graph mode: ``callable_options`` names the user graph's
         feeds, fetches and targets; the callable runs their private twins, takes the user's
         values (rounded or cast where the twin is half) and returns values in the user's
-        dtypes.  Its loss-scaled steps are observed (skipped steps are said), not healed."""
+        dtypes.  Its loss-scaled steps are watched as a run's are: a step due a diagnosis
+        is made through ``run`` (which fetches the probes it computes, and may heal), and
+        after a heal the callable is made again on the healed graph."""
         if self._shadow is None:
             return super()._make_callable_from_options(callable_options)
+        made = {}
+
+        def make():
+            made["generation"] = self._shadow.private_name("")
+            made["call"], made["steps"] = self._private_callable(callable_options)
+
+        make()
+
+        def call(*values, **kwargs):
+            if made["generation"] != self._shadow.private_name(""):  # healed since
+                make()
+            if (made["steps"] and not callable_options.tensor_connection
+                    and self._watch.diagnosis_due(made["steps"])):
+                return self._run_as_callable(callable_options, values, kwargs)
+            return made["call"](*values, **kwargs)
+
+        return call
+
+    def _run_as_callable(self, callable_options, values, kwargs):
+        """One call of the callable ``callable_options`` describes, made through ``run``."""
+        fetches = list(callable_options.fetch)
+        options = callable_options.run_options if callable_options.HasField("run_options") else None
+        results = self.run(fetches + list(callable_options.target),
+                           dict(zip(callable_options.feed, values)), options,
+                           kwargs.get("run_metadata"))
+        return results[:len(fetches)]
+
+    def _private_callable(self, callable_options):
+        """``(callable, its loss-scaled steps)``: TensorFlow's callable of the private twins
+        of ``callable_options``' feeds, fetches and targets, with the step watch's, deferred
+        checks' and hidden inf/nan checks' fetches added and judged after each call."""
         self._sync()
         shadow = self._shadow
         user_feeds = [self._user_graph.as_graph_element(name) for name in callable_options.feed]
@@ -376,7 +409,7 @@ class _RewritingSession:
                             hidden, results[-1] if hidden else None)
             return results[:len(fetches)]
 
-        return run_private
+        return run_private, list(steps or ())
 
 
 def _non_finite_leaf(fetches, values):

@@ -195,10 +195,18 @@ class StepWatch:
 
     def step_fetches(self, elements, fed):
         """The steps part alone of ``extra_fetches`` (``{signal index: (flag, scale)}``, or
-        None): for a callable, whose fetches are fixed when it is made.  Its runs are
-        observed (``after_run`` with ``{"steps": values}``), never probed or healed."""
+        None): for a callable, whose fetches are fixed when it is made.  Its calls are
+        observed (``after_run`` with ``{"steps": values}``); one that ``diagnosis_due`` asks
+        for is made as a run instead, which fetches the probes."""
         with self._lock:
             return self._step_fetches(step_signals(self.shadow.user_graph), elements, fed) or None
+
+    def diagnosis_due(self, steps) -> bool:
+        """Whether the next run of the loss-scaled steps ``steps`` (signal indices) is to
+        fetch the probes: a run of skipped steps asks to be diagnosed."""
+        with self._lock:
+            signals = step_signals(self.shadow.user_graph)
+            return any(self._guard(signals[i]).diagnosis_due for i in steps if i < len(signals))
 
     def _step_fetches(self, signals, elements, fed) -> Dict[int, tuple]:
         self._follow_generation()
