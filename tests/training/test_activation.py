@@ -202,8 +202,34 @@ def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, 
         assert not warnings
 
 
-@pytest.mark.parametrize("update", ["assign", "assign_sub"])
-def test_an_optimizer_assigning_its_own_updates_is_said_to_train_unscaled(monkeypatch, caplog, update):
+def test_an_unscaled_optimizer_beside_a_loss_scaled_one_is_said(monkeypatch, caplog):
+    """Two Keras models in one graph, one compiled with a tf.compat.v1.train optimizer (loss
+    scaled), one with a Keras optimizer (not): the second one's run is named."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 1.0])
+        v = tf1.get_variable("v", initializer=[1.0, 1.0])
+        unscaled = tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(v * v))
+        activation.enable_loss_scaling()
+        scaled = tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(w * w))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(scaled)
+        assert not [r for r in caplog.records if "without loss scaling" in r.getMessage()]
+        session.run(unscaled)
+    (warning,) = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
+    assert "1 update op(s) (e.g. 'GradientDescent/update_v/" in warning
+
+
+@pytest.mark.parametrize("update, scope", [("assign", ""), ("assign_sub", ""),
+                                           ("assign_sub", "training/RMSprop")])
+def test_an_optimizer_assigning_its_own_updates_is_said_to_train_unscaled(monkeypatch, caplog, update,
+                                                                          scope):
     """BERT's AdamWeightDecayOptimizer overrides apply_gradients and assigns the new values,
     from gradients tf.gradients computed: nothing wraps it, so its run must be named."""
     from tfamp_rewrite.training import devices
@@ -223,7 +249,9 @@ def test_an_optimizer_assigning_its_own_updates_is_said_to_train_unscaled(monkey
         w = tf1.get_variable("w", initializer=[1.0, 1.0])
         counter = tf1.get_variable("counter", initializer=0.0, trainable=False)
         loss = tf.reduce_sum(w * w)
-        train = AssigningOptimizer().apply_gradients(zip(tf.gradients(loss, [w]), [w]))
+        with tf1.name_scope(scope or None):  # Keras' RMSprop, Nadam: training/RMSprop/gradients/
+            grads = tf.gradients(loss, [w])
+        train = AssigningOptimizer().apply_gradients(zip(grads, [w]))
         count = counter.assign_add(1.0)  # an assignment, but no update: not from a gradient
         init = tf1.global_variables_initializer()
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \

@@ -22,37 +22,54 @@ from .step_signals import step_signals
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
 _ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSubVariableOp",
                "AssignAddVariableOp")
-_GRADIENT_SCOPE = re.compile(r"^gradients(_\d+)?/")  # tf.gradients' default name scope
+# tf.gradients' default name scope, at the top or under another (Keras' optimizers take
+# theirs under "training/<Optimizer>/gradients/").
+_GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _VARIABLE_OPS = ("VariableV2", "VarHandleOp")
 
 
 def unscaled_updates(graph, dtype: str) -> List:
-    """The update ops of ``graph`` if it runs in float16 with none of its updates loss-scaled
-    (and no Keras loss scale of its own), else an empty list: the optimizers' ``Apply*`` ops,
-    and assignments to a trainable variable of values computed from ``tf.gradients``."""
-    if dtype != "float16" or step_signals(graph):
+    """The update ops of ``graph`` that no loss scaling covers, if it runs in float16 (and
+    has no Keras loss scale of its own), else an empty list: the optimizers' ``Apply*`` ops,
+    and assignments to a trainable variable of values computed from ``tf.gradients``, that
+    do not wait on a loss-scaled step's finite flag (a model trained with a Keras optimizer
+    beside one a loss-scaled optimizer trains is named)."""
+    if dtype != "float16":
         return []
+    signals = step_signals(graph)
+    if any(s.should_apply is None for s in signals):  # a fixed scale: its update waits on no flag
+        return []
+    ours = {v.op.name for s in signals for v in s.loss_scale.variables()}
     updates, assigns = [], []
     for op in graph.get_operations():
         if _UPDATE_OP.match(op.type):
             updates.append(op)
         elif op.type in _ASSIGN_OPS:
             assigns.append(op)
-        elif op.type in _VARIABLE_OPS and "loss_scale" in op.name:  # Keras' LossScaleOptimizer
-            return []
+        elif op.type in _VARIABLE_OPS and "loss_scale" in op.name and op.name not in ours:
+            return []  # Keras' LossScaleOptimizer
     if assigns:
         trainable = {v.op.name for v in graph.get_collection("trainable_variables")}
         assigns = [op for op in assigns if op.inputs[0].op.name in trainable]
     if assigns:
-        from_gradients = _downstream_of_gradients(graph)
+        from_gradients = _downstream_of(graph, [op for op in graph.get_operations()
+                                                if _GRADIENT_SCOPE.search(op.name)])
         updates.extend(op for op in assigns if op in from_gradients)
+    if signals and updates:
+        scaled = _downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph])
+        updates = [op for op in updates if op not in scaled]
     return updates
 
 
-def _downstream_of_gradients(graph) -> set:
-    """The operations that read, directly or not, an op of ``tf.gradients``' name scope."""
-    return reachable([op for op in graph.get_operations() if _GRADIENT_SCOPE.match(op.name)],
-                     lambda op: [consumer for output in op.outputs for consumer in output.consumers()])
+def _downstream_of(graph, ops) -> set:
+    """``ops`` and the operations of ``graph`` that read them, directly or not (through data
+    and control edges: an update in a TF1 cond waits on its pivot by a control edge)."""
+    waiting = {}
+    for op in graph.get_operations():
+        for earlier in op.control_inputs:
+            waiting.setdefault(earlier, []).append(op)
+    return reachable(ops, lambda op: [consumer for output in op.outputs
+                                      for consumer in output.consumers()] + waiting.get(op, []))
 
 
 class UnscaledTrainingWatch:
