@@ -56,6 +56,27 @@ def test_plain_conversion_overflows_and_calibration_keeps_the_square_float32(ove
     assert written["validation"]["passed"] and "kept square (Mul)" in out
 
 
+def test_calibration_data_the_graph_cannot_run_on_is_named_with_tensorflows_reason(tmp_path, capsys):
+    """An embedding index beyond the vocabulary: TensorFlow's reason, not its first line
+    ("Graph execution error:"), and nothing written."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = tf1.placeholder(tf.int32, [None, 5], name="ids")
+        table = tf.constant(np.ones([10, 8], np.float32))
+        hidden = tf.reduce_mean(tf.nn.embedding_lookup(table, ids), 1)
+        tf.nn.softmax(tf.matmul(hidden, tf.ones([8, 3])), name="probs")
+    source = models.write_frozen(graph.as_graph_def(), str(tmp_path / "embedding.pb"))
+    data, output = str(tmp_path / "ids.npz"), tmp_path / "out.pb"
+    np.savez(data, ids=np.full([4, 5], 12, np.int32))
+    code, _, err = run_main(capsys, "convert", source, str(output), "--calibration-data", data)
+    assert code == 2 and not output.exists()
+    (line,) = [line for line in err.splitlines() if line.startswith("tfamp-rewrite:")]
+    assert "failed to run on %s: indices[0,0] = 12 is not in [0, 10)" % data in line
+
+
 def test_thresholds_decide_what_is_at_risk(overflow, capsys):
     source, data, tmp_path = overflow
     code, _, err = run_main(capsys, "convert", source, str(tmp_path / "out.pb"), "--calibration-data", data,

@@ -253,3 +253,32 @@ def test_an_op_type_that_matches_nothing_suggests_the_graphs_spelling(frozen, tm
     assert any("conv2d" in line and "did you mean Conv2D?" in line for line in lines), lines
     assert any("MatMull" in line and "did you mean MatMul?" in line for line in lines), lines
     assert any("Zzz" in line and "did you mean" not in line for line in lines), lines
+
+
+def test_integer_outputs_are_outputs_and_are_validated(tmp_path, capsys):
+    """A deployment graph ending in an argmax (class ids), beside a float32 output: both are
+    the default outputs, and validation compares both."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        logits = tf.matmul(x, tf.constant(np.eye(8, 3, dtype=np.float32)), name="logits")
+        tf.argmax(logits, 1, name="classes")
+        tf.nn.softmax(logits, name="probs")
+    source = models.write_frozen(graph.as_graph_def(), str(tmp_path / "classifier.pb"))
+    report = tmp_path / "report.json"
+    code, out, err = run_main(capsys, "convert", source, str(tmp_path / "out.pb"), "--validate",
+                              "--report", str(report))
+    assert code == 0, err
+    compared = {o["name"]: o for o in json.loads(report.read_text())["validation"]["outputs"]}
+    assert set(compared) == {"classes", "probs"} and compared["classes"]["dtype"] == "int64"
+    only_classes = tf.Graph()
+    with only_classes.as_default():
+        tf1.import_graph_def(graph.as_graph_def(), name="")
+    source = models.write_frozen(tf1.graph_util.extract_sub_graph(
+        only_classes.as_graph_def(), ["classes"]), str(tmp_path / "ids_only.pb"))
+    code, out, err = run_main(capsys, "convert", source, str(tmp_path / "ids.pb"), "--validate")
+    assert code == 0, err
+    assert re.search(r"^\s+classes\s+int64\s+0\s+0\s+-\s+ok$", out, re.M)

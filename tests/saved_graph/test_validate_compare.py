@@ -38,3 +38,15 @@ def test_a_row_beyond_both_printed_tolerances_passes_only_under_the_stated_crite
     report = ValidationReport(rtol=1e-2, atol=1e-2, inputs="x", outputs=[result])
     assert "passed (every element within atol + rtol x |original|; rtol=0.01, atol=0.01)" in \
         report.summary_lines()[0]
+
+
+def test_a_changed_shape_is_said_as_one_not_as_an_infinite_error():
+    """boolean_mask or NMS keep one element fewer when a half value falls below a threshold:
+    no value is infinite and no tolerance would cover it."""
+    result = compare("kept", np.array([0.3, 0.9, 0.5], np.float32), np.array([0.9, 0.5], np.float32),
+                     rtol=1e-2, atol=1e-2)
+    assert not result.passed and result.shapes == "(3,) -> (2,)"
+    assert result.max_abs_error is None and result.max_rel_error is None
+    report = ValidationReport(rtol=1e-2, atol=1e-2, inputs="x", outputs=[result])
+    (row,) = [line for line in report.summary_lines() if line.strip().startswith("kept")]
+    assert "inf" not in row and "shape (3,) -> (2,): no tolerance covers it" in row

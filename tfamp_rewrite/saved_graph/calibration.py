@@ -31,7 +31,7 @@ from ..doctor.ranges import RangeAccumulator, TensorRange
 from ..errors import ConversionError
 from .formats import SavedGraph
 from .graph_io import GraphIO, GraphTensor
-from .validate import input_feed, load_input_data, loaded_graph
+from .validate import input_feed, load_input_data, loaded_graph, op_error_text
 
 CALIBRATION = "calibration"
 
@@ -82,10 +82,11 @@ def calibration_batches(path: str, inputs: List[GraphTensor]) -> List[List[np.nd
 
 
 def measure(saved: SavedGraph, io: GraphIO, rewritten_def, report, dtype: str,
-            batches: List[List[np.ndarray]], initial_values: Optional[dict] = None
-            ) -> Tuple[List[TensorRange], Dict[str, int]]:
+            batches: List[List[np.ndarray]], initial_values: Optional[dict] = None,
+            data: str = "the calibration data") -> Tuple[List[TensorRange], Dict[str, int]]:
     """The ranges of the half-bound tensors over ``batches`` (the original graph, in float32;
-    ``initial_values``: a MetaGraph's variables without a checkpoint, as validation loads them)."""
+    ``initial_values``: a MetaGraph's variables without a checkpoint, as validation loads them;
+    ``data``: what the batches are, for the error a failing run raises)."""
     import tensorflow as tf
 
     plan = plan_probes(saved.graph_def, rewritten_def, report)
@@ -103,10 +104,10 @@ def measure(saved: SavedGraph, io: GraphIO, rewritten_def, report, dtype: str,
             try:
                 counts, extrema = session.run(probe_ops.fetches(ids), feed)
             except tf.compat.v1.errors.OpError as error:
-                raise ConversionError("the original graph failed to run on the calibration data: %s"
-                                      % error.message.splitlines()[0],
-                                      "Check the arrays' shapes and dtypes against the graph's "
-                                      "inputs") from None
+                raise ConversionError("the original graph failed to run on %s: %s"
+                                      % (data, op_error_text(error)),
+                                      "Give inputs it runs on in float32 (shapes, dtypes, value "
+                                      "ranges such as embedding indices)") from None
             accumulator.record([probe_ops.probes[i] for i in ids], counts, extrema)
     return accumulator.ranges(), plan.skipped
 
@@ -116,7 +117,8 @@ def calibrate(saved: SavedGraph, io: GraphIO, rewritten_def, report, dtype: str,
               flush_threshold: float = DEFAULT_FLUSH_THRESHOLD, initial_values: Optional[dict] = None
               ) -> Tuple[Dict[str, KeptNode], CalibrationReport]:
     """``({node: KeptNode}, CalibrationReport)`` for the conversion ``rewritten_def`` / ``report``."""
-    ranges, skipped = measure(saved, io, rewritten_def, report, dtype, batches, initial_values)
+    ranges, skipped = measure(saved, io, rewritten_def, report, dtype, batches, initial_values,
+                              data=path)
     risks = find_risks(ranges, limits_for(dtype), lambda _: 0, overflow_threshold, flush_threshold)
     ops = {n.name: n.op for risk in risks for n in risk.half_nodes}
     kept = {name: KeptNode(name, ops[name], CALIBRATION, reason)

@@ -318,10 +318,18 @@ def _run_convert(args) -> int:
     if not args.quiet or report.output is None:
         print(report.summary())
     if report.output is None:
-        sys.stderr.write("%s: validation failed: outputs differ beyond rtol=%g, atol=%g, so %s was not "
-                         "written. Loosen --rtol/--atol, keep ops in float32 with --op-types-to-exclude "
-                         "or --nodes-to-exclude, or let --auto-tune find them\n" % (
-                             PROG, report.validation.rtol, report.validation.atol, args.output))
+        reshaped = [out for out in report.validation.outputs if out.shapes]
+        if reshaped:
+            why = ("output %r changed shape (%s), which no tolerance covers"
+                   % (reshaped[0].name, reshaped[0].shapes))
+            fixes = "Keep"
+        else:
+            why = "outputs differ beyond rtol=%g, atol=%g" % (report.validation.rtol,
+                                                               report.validation.atol)
+            fixes = "Loosen --rtol/--atol, keep"
+        sys.stderr.write("%s: validation failed: %s, so %s was not written. %s ops in float32 "
+                         "with --op-types-to-exclude or --nodes-to-exclude, or let --auto-tune find "
+                         "them\n" % (PROG, why, args.output, fixes))
         return 1
     print("wrote %s: %s, %.1f MB (%.2fx the input's %.1f MB), converted in %.2f s" % (
         args.output, saved.describe(output=args.output), report.output_bytes / 1e6,

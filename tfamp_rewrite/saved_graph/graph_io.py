@@ -33,6 +33,8 @@ from .formats import GRAPHDEF, SAVEDMODEL, SavedGraph
 
 _NOT_OUTPUTS = frozenset({"Const", "VarHandleOp", "VariableV2", "Variable", "Print"})
 _FLOATING = frozenset({1, 2, 14, 19})  # float32, float64, bfloat16, float16
+# ... and the integer and bool types: what an output may hold (class ids, counts, masks).
+_NUMERIC = _FLOATING | frozenset({3, 4, 5, 6, 9, 10, 17, 22, 23})
 _KEPT_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "init_op", "table_initializer",
                      "saved_model_train_op")
 
@@ -139,12 +141,13 @@ def _tensor(name: str, nodes, dtypes: "TensorDtypes", option: str, path: str) ->
 
 
 def sink_nodes(graph_def, dtypes: "TensorDtypes") -> List[str]:
-    """Nodes nothing consumes (by data or control) whose first output is floating point,
-    except Const, variables, Save and Print."""
+    """Nodes nothing consumes (by data or control) whose first output is numeric (floating,
+    integer or bool: an argmax's class ids count), except Const, variables and Print; a
+    Saver's string outputs and ops without outputs are not outputs either."""
     consumed = {parse_input(text)[0] for node in graph_def.node for text in node.input}
     return [node.name for node in graph_def.node
             if node.name not in consumed and node.op not in _NOT_OUTPUTS
-            and dtypes.is_floating(node.name + ":0")]
+            and dtypes.get(node.name + ":0") in _NUMERIC]
 
 
 def _container_nodes(saved: SavedGraph) -> List[str]:

@@ -118,7 +118,7 @@ def _auto_tune(saved, options, prepared, checker: ConversionChecker, conversion:
         trial_kept = {name: kept.get(name) or KeptNode(name, decisions[name].op, AUTO_TUNE, what)
                       for name in names}
         report = checker.check(conversions.convert(saved, options, prepared, trial_kept), timed_runs=0)
-        errors = [out.max_abs_error for out in report.outputs]
+        errors = [out.max_abs_error for out in report.outputs if out.max_abs_error is not None]
         return report.passed, max(errors) if errors else None
 
     # Ops around the MatMuls / Convs first: keeping those float32 costs little Tensor Core

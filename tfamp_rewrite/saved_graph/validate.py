@@ -80,11 +80,13 @@ class OutputComparison:
     name: str
     dtype: str
     converted_dtype: str
-    max_abs_error: float
-    max_rel_error: Optional[float]   # None: no element of the original exceeds atol
+    max_abs_error: Optional[float]   # None: the shapes differ
+    max_rel_error: Optional[float]   # None: no element of the original exceeds atol, or shapes differ
     top1_agreement: Optional[float]  # None: not a floating output of rank >= 2
     nonfinite: int               # finite in the original, inf/nan in the converted graph
     passed: bool
+    shapes: Optional[str] = None     # "original -> converted" when they differ (a threshold the
+                                     # converted values fell on the other side of: NMS, boolean_mask)
 
 
 @dataclass
@@ -111,12 +113,14 @@ class ValidationReport:
         lines.append("  %-28s %-9s %12s %12s %8s %s" % ("output", "dtype", "max abs err", "max rel err",
                                                      "top-1", ""))
         for out in self.outputs:
-            lines.append("  %-28s %-9s %12.3g %12s %8s %s" % (
-                out.name, out.converted_dtype, out.max_abs_error,
+            verdict = ("shape %s: no tolerance covers it" % out.shapes if out.shapes else
+                       ("ok" if out.passed else "beyond tolerance") + (
+                           ", %d non-finite" % out.nonfinite if out.nonfinite else ""))
+            lines.append("  %-28s %-9s %12s %12s %8s %s" % (
+                out.name, out.converted_dtype,
+                "-" if out.max_abs_error is None else "%.3g" % out.max_abs_error,
                 "-" if out.max_rel_error is None else "%.3g" % out.max_rel_error,
-                "-" if out.top1_agreement is None else "%.1f%%" % (100 * out.top1_agreement),
-                ("ok" if out.passed else "beyond tolerance") + (
-                    ", %d non-finite" % out.nonfinite if out.nonfinite else "")))
+                "-" if out.top1_agreement is None else "%.1f%%" % (100 * out.top1_agreement), verdict))
         lines.append("  inference: original %.2f ms, converted %.2f ms (best run, this machine)" % (
             1e3 * self.seconds_original, 1e3 * self.seconds_converted))
         return lines
@@ -174,8 +178,8 @@ def compare(name: str, expected, actual, rtol: float, atol: float) -> OutputComp
     original, converted = np.asarray(expected), np.asarray(actual)
     a, b = original.astype(np.float64), converted.astype(np.float64)
     if a.shape != b.shape:
-        return OutputComparison(name, str(original.dtype), str(converted.dtype), float("inf"),
-                                float("inf"), None, 0, False)
+        return OutputComparison(name, str(original.dtype), str(converted.dtype), None, None, None, 0,
+                                False, shapes="%s -> %s" % (a.shape, b.shape))
     finite = np.isfinite(a)
     nonfinite = int(np.count_nonzero(finite & ~np.isfinite(b)))
     both = finite & np.isfinite(b)  # errors over values finite in both; the rest is ``nonfinite``
