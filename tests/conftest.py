@@ -25,7 +25,7 @@ def no_heals_from_earlier_tests(monkeypatch):
     """Sessions keep what earlier sessions of the process healed; each test starts afresh."""
     from tfamp_rewrite.training import step_watch
 
-    monkeypatch.setattr(step_watch, "_healed_in_process", [])
+    monkeypatch.setattr(step_watch, "_healed_in_process", {})
 
 
 def pytest_addoption(parser):

@@ -363,6 +363,31 @@ def test_a_callable_made_from_options_is_diagnosed_and_healed(caplog):
     assert not np.isfinite(losses[0]) and np.isfinite(losses[-10:]).all() and global_step > 0
 
 
+def test_one_heal_keeps_the_clear_chain_that_passes_a_large_value_on(caplog):
+    """Inputs of 1e5 reshaped and transposed before a MatMul: the reshape, the transpose and
+    the MatMul all read the value in half, and one heal keeps all three float32, where
+    keeping the first alone would move the overflow one node on per heal."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 4, 4], name="x")
+        w = tf1.get_variable("w", initializer=tf1.random_normal([16, 2], stddev=1e-3, seed=1))
+        flat = tf.transpose(tf.reshape(x, [8, 16], name="flat"), name="columns")
+        out = tf.matmul(flat, tf1.random_normal([8, 2], seed=2), name="mix")
+        loss = tf.reduce_mean(tf.matmul(out * 1e-5, tf.ones([2, 16])) @ w)
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: (rng.standard_normal([8, 4, 4]) * 1e5).astype(np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(40):
+                session.run(train_op, feed)
+    (heal,) = session.heals
+    assert heal.culprit == "x:0" and {"flat", "columns", "mix"} <= set(heal.nodes), heal.nodes
+
+
 def test_sessions_made_after_a_heal_start_healed(caplog):
     """An Estimator's evaluation and its next train() open new sessions on new graphs of the
     same names: they keep what the first session healed, and say so once."""
@@ -382,6 +407,12 @@ def test_sessions_made_after_a_heal_start_healed(caplog):
         assert np.isfinite(losses).all() and later.heals == [] and culprit_messages(caplog) == []
     assert len([r for r in caplog.records if "sessions made after a heal keep its nodes float32"
                 in r.getMessage()]) == 1
+    other = tf.Graph()  # another model that merely reuses the name
+    with other.as_default():
+        tf.matmul(tf1.placeholder(tf.float32, [2, 3]), tf.ones([3, 2]), name="logits")
+    with tfamp_rewrite.Session(graph=other) as unrelated:
+        unrelated.run("logits:0", {"Placeholder:0": np.ones([2, 3], np.float32)})
+    assert unrelated.rewrite_reports[0].decision("logits").dtype == "float16"
 
 
 @pytest.mark.parametrize("flow", ["while_loop", "cond"])

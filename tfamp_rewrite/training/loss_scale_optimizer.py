@@ -482,8 +482,9 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         if others and _depends_on_any(tensors, others):
             log_once(
                 "tfamp_rewrite: apply_gradients got gradients another optimizer's loss scale "
-                "multiplied: the steps it skips lower this optimizer's scale, not that one, so they "
-                "keep being skipped. Compute and apply the gradients with the same optimizer.")
+                "multiplied: the steps it skips lower this optimizer's scale, not that one, so "
+                "they recover only as that optimizer's own skipped steps lower it. Compute and "
+                "apply the gradients with the same optimizer.")
             return
         log_once(
             "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss "

@@ -96,7 +96,7 @@ class _RewritingSession:
         if kept:
             log_once("tfamp_rewrite: %d node(s) kept float32 as %s=%s lists them (e.g. '%s')" % (
                 len(kept), HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), kept[0]))
-        healed = [n for n in step_watch.healed_in_this_process() if n not in kept]
+        healed = [n for n in step_watch.healed_in_this_process(self._user_graph) if n not in kept]
         if healed:
             log_once("tfamp_rewrite: sessions made after a heal keep its nodes float32 from their "
                      "first run (an Estimator's evaluation and next train() too): %d node(s) so "

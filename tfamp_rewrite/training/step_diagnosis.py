@@ -13,7 +13,10 @@ the step computes anyway (never an extra run of input ops); ``culprit`` reads th
         an input (probed) is already inf/nan:          a victim; skip it
         its producer is half and it holds inf/nan or values beyond the half range,
           or it is float32, read in half, with finite values beyond the half range:
-            forward: the culprit (its half_nodes stay float32)
+            forward: the culprit (its half_nodes stay float32, and the converted nodes
+                     that read its value in half through clear-list ones: a reshape or
+                     concat passes the magnitude on, so keeping only the first float32
+                     would move the overflow one node on, one heal at a time)
             gradient: the culprit only when even unscaled it does not fit -- at the floor
                       scale, or its largest finite value over the step's scale is beyond
         it is float32 and turns inf/nan from finite inputs: a half tensor upstream lost a
@@ -36,6 +39,7 @@ from ..doctor.probes import FORWARD, HalfNode, Probe, plan_boundary_probes, plan
 from ..graph_rewrite.graph_view import parse_input, topological_names
 
 FRONTIER_DEPTH = 6  # float32 nodes between an inf/nan and the half tensor held to blame
+MAX_READERS_KEPT = 64  # converted nodes a culprit's value reaches that a heal also keeps float32
 
 
 @dataclass
@@ -65,6 +69,10 @@ class StepDiagnosis:
         self._decisions = {d.name: d for d in report.decisions}
         self._inputs = {node.name: ["%s:%d" % parse_input(text) for text in node.input
                                     if not text.startswith("^")] for node in user_def.node}
+        self._readers: Dict[str, List[str]] = {}
+        for node, tensors in self._inputs.items():
+            for tensor in tensors:
+                self._readers.setdefault(tensor.split(":")[0], []).append(node)
         probes = plan_probes(user_def, rewritten_def, report).probes
         held = self._held = {p.tensor for p in probes}
         self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
@@ -153,7 +161,28 @@ class StepDiagnosis:
         else:
             held_by = "%r (%s, float32) as read in half by %s" % (
                 probe.node, probe.op, _names(probe.half_nodes))
+        if boundary is None:
+            probe = self._with_half_readers(probe)
         return self._culprit(probe, largest, held_by, presumed=boundary is not None)
+
+    def _with_half_readers(self, probe: Probe) -> Probe:
+        """``probe`` with the converted nodes added that would read its value in half once
+        its half nodes are float32: its converted readers, and theirs through converted
+        clear-list nodes (which pass the value's magnitude on)."""
+        kept = [n.name for n in probe.half_nodes]
+        passing = [probe.node] + [n.name for n in probe.half_nodes if n.category == "clear"]
+        while passing and len(kept) < MAX_READERS_KEPT:
+            node = passing.pop(0)
+            for reader in self._readers.get(node, ()):
+                if reader in self._converted and reader not in kept:
+                    kept.append(reader)
+                    if self._decisions[reader].category == "clear":
+                        passing.append(reader)
+        if len(kept) == len(probe.half_nodes):
+            return probe
+        half_nodes = [HalfNode(n, self._decisions[n].op, self._decisions[n].category) for n in kept]
+        return Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
+                     role=probe.role, half_nodes=half_nodes)
 
     def _half_frontier(self, node: str) -> List[HalfNode]:
         """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""

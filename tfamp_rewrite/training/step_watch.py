@@ -67,22 +67,43 @@ def _record_step_run(recovering_graph) -> None:
     _step_runs.recovering = recovering_graph
 
 
-# Nodes any session of this process healed: sessions made later keep them float32 from their
-# first run (an Estimator opens a new session, on a new graph of the same names, for every
-# evaluation and every train() call; without this each would skip and heal again).
-_healed_in_process: List[str] = []
+# Nodes any session of this process healed, with what identifies them: sessions made later on
+# a graph holding the same nodes keep them float32 from their first run (an Estimator opens a
+# new session, on a new graph of the same names, for every evaluation and every train() call;
+# without this each would skip and heal again).  A node counts as the same when its op and its
+# inputs' names and ops are: another model that merely reuses a name ("MatMul") is not healed.
+_healed_in_process: Dict[str, tuple] = {}
 _healed_lock = threading.Lock()
 
 
-def healed_in_this_process() -> List[str]:
-    """The nodes earlier sessions of this process healed, in the order they were healed."""
-    with _healed_lock:
-        return list(_healed_in_process)
+def _node_signature(op) -> tuple:
+    return op.type, tuple((t.op.name, t.op.type) for t in op.inputs)
 
 
-def _remember_healed(nodes) -> None:
+def healed_in_this_process(graph) -> List[str]:
+    """The nodes earlier sessions of this process healed that ``graph`` holds as they were."""
     with _healed_lock:
-        _healed_in_process.extend(n for n in nodes if n not in _healed_in_process)
+        healed = dict(_healed_in_process)
+    same = []
+    for name, signature in healed.items():
+        try:
+            op = graph.get_operation_by_name(name)
+        except KeyError:
+            continue
+        if _node_signature(op) == signature:
+            same.append(name)
+    return same
+
+
+def _remember_healed(graph, nodes) -> None:
+    signatures = {}
+    for name in nodes:
+        try:
+            signatures[name] = _node_signature(graph.get_operation_by_name(name))
+        except KeyError:
+            continue
+    with _healed_lock:
+        _healed_in_process.update(signatures)
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
@@ -387,7 +408,7 @@ class StepWatch:
             return
         report = self.shadow.heal(culprit.half_nodes)
         self.heals.append(heal)
-        _remember_healed(culprit.half_nodes)
+        _remember_healed(self.shadow.user_graph, culprit.half_nodes)
         self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
