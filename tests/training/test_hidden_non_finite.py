@@ -77,6 +77,21 @@ def test_an_overflow_hidden_by_argmax_is_said_once_and_changes_nothing(caplog):
     assert "returned inf/nan" not in caplog.text
 
 
+def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):
+    from tfamp_rewrite.training import session as session_module
+
+    every, then = session_module.HIDDEN_CHECKS_EVERY_RUN, session_module.HIDDEN_CHECKS_THEN
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            Session(graph=classifier_graph()) as session:
+        for _ in range(every):
+            session.run("predictions:0", {"x:0": ORDINARY})
+        runs = every
+        while not hidden_lines(caplog):
+            session.run("predictions:0", {"x:0": OVERFLOWING})
+            runs += 1
+    assert runs == every + then - every % then
+
+
 def test_a_callable_from_options_is_checked_too(caplog):
     """Keras' way to predict in TF1 graph mode."""
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
