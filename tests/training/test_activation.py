@@ -216,14 +216,24 @@ def test_an_unscaled_optimizer_beside_a_loss_scaled_one_is_said(monkeypatch, cap
         activation.enable_loss_scaling()
         scaled = tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(w * w))
         init = tf1.global_variables_initializer()
+    warning = unscaled_training_warning(caplog, graph, init, quiet=scaled, trains=unscaled)
+    assert "1 update op(s) (e.g. 'GradientDescent/update_v/" in warning
+
+
+def unscaled_training_warning(caplog, graph, init, quiet, trains) -> str:
+    """Runs ``init`` and ``quiet`` in a session of ``graph`` (no 'without loss scaling'
+    warning may come), then ``trains``; returns the one warning that comes."""
+    def said():
+        return [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
+
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
             tfamp_rewrite.Session(graph=graph) as session:
         session.run(init)
-        session.run(scaled)
-        assert not [r for r in caplog.records if "without loss scaling" in r.getMessage()]
-        session.run(unscaled)
-    (warning,) = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
-    assert "1 update op(s) (e.g. 'GradientDescent/update_v/" in warning
+        session.run(quiet)
+        assert not said()
+        session.run(trains)
+    (warning,) = said()
+    return warning
 
 
 @pytest.mark.parametrize("update, scope", [("assign", ""), ("assign_sub", ""),
@@ -254,13 +264,7 @@ def test_an_optimizer_assigning_its_own_updates_is_said_to_train_unscaled(monkey
         train = AssigningOptimizer().apply_gradients(zip(grads, [w]))
         count = counter.assign_add(1.0)  # an assignment, but no update: not from a gradient
         init = tf1.global_variables_initializer()
-    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
-            tfamp_rewrite.Session(graph=graph) as session:
-        session.run(init)
-        session.run(count)
-        assert not [r for r in caplog.records if "without loss scaling" in r.getMessage()]
-        session.run(train)
-    (warning,) = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
+    warning = unscaled_training_warning(caplog, graph, init, quiet=count, trains=train)
     assert "1 update op(s)" in warning and "as BERT's does" in warning
 
 
