@@ -3,7 +3,7 @@
 A rewriting session checks, on runs with no loss-scaled step, the floating tensors that an
 argmax, a comparison, a CTC decoder or an integer cast reads below a half node (the values
 they return cannot show an inf/nan): a few ops and one more fetched tensor.  It checks each
-of a session's first 64 such runs, then one in 16 (session.py: HIDDEN_CHECKS_*).  This
+of a session's first 64 such runs, then one in 16 (training/inference_watch.py: CHECK_*).  This
 measures one run of a small classifier (a MatMul, its argmax and an accuracy), the check
 done on every run, sampled as sessions do, and never, round-robin in one session on one
 machine, and prints microseconds per run and the extra cost over "never".
@@ -26,11 +26,13 @@ os.environ["TFAMP_REWRITE_TARGET"] = "cpu"
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfamp_rewrite.training import session as session_module  # noqa: E402
+from tfamp_rewrite.training import inference_watch  # noqa: E402
+from tfamp_rewrite.training.session import Session  # noqa: E402
 
 tf1 = tf.compat.v1
-MODES = (("every run", 10 ** 9, 1), ("sampled (as shipped)", session_module.HIDDEN_CHECKS_EVERY_RUN,
-                                     session_module.HIDDEN_CHECKS_THEN), ("never", 0, 10 ** 9))
+MODES = (("every run", 10 ** 9, 1),
+         ("sampled (as shipped)", inference_watch.CHECK_EVERY_RUN, inference_watch.CHECK_THEN),
+         ("never", 0, 10 ** 9))
 
 
 def classifier():
@@ -54,18 +56,18 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds over the modes")
     args = parser.parse_args(argv)
     graph, fetches, feeds = classifier()
-    shipped = session_module.HIDDEN_CHECKS_EVERY_RUN, session_module.HIDDEN_CHECKS_THEN
+    shipped = inference_watch.CHECK_EVERY_RUN, inference_watch.CHECK_THEN
     best = {}
-    with session_module.Session(graph=graph) as session:
+    with Session(graph=graph) as session:
         session.run(fetches, feeds)
         for _ in range(args.rounds):
             for name, every, then in MODES:
-                session_module.HIDDEN_CHECKS_EVERY_RUN, session_module.HIDDEN_CHECKS_THEN = every, then
-                session._runs_inferring = 0
+                inference_watch.CHECK_EVERY_RUN, inference_watch.CHECK_THEN = every, then
+                session._inference._runs = 0
                 seconds = min(timeit.repeat(lambda: session.run(fetches, feeds), number=args.runs,
                                             repeat=2)) / args.runs
                 best[name] = min(best.get(name, seconds), seconds)
-    session_module.HIDDEN_CHECKS_EVERY_RUN, session_module.HIDDEN_CHECKS_THEN = shipped
+    inference_watch.CHECK_EVERY_RUN, inference_watch.CHECK_THEN = shipped
     base = best["never"]
     print("Hidden inf/nan check on an inference run (%d runs x %d rounds, best):" % (args.runs,
                                                                                   args.rounds))

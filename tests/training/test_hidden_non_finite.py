@@ -65,7 +65,7 @@ def test_an_overflow_hidden_by_argmax_is_said_once_and_changes_nothing(caplog):
         assert not hidden_lines(caplog)
         overflowed = [session.run(fetches, {"x:0": OVERFLOWING, "labels:0": LABELS})
                       for _ in range(2)]
-        assert session._hidden_checks(
+        assert session._inference.hidden_fetches(
             [session._shadow.private_fetch(f) for f in fetches], []) is None  # said: no more checks
     np.testing.assert_array_equal(ordinary[0], expected[0])
     assert ordinary[1] == expected[1] == 1.0
@@ -78,9 +78,9 @@ def test_an_overflow_hidden_by_argmax_is_said_once_and_changes_nothing(caplog):
 
 
 def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):
-    from tfamp_rewrite.training import session as session_module
+    from tfamp_rewrite.training import inference_watch
 
-    every, then = session_module.HIDDEN_CHECKS_EVERY_RUN, session_module.HIDDEN_CHECKS_THEN
+    every, then = inference_watch.CHECK_EVERY_RUN, inference_watch.CHECK_THEN
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
             Session(graph=classifier_graph()) as session:
         for _ in range(every):
@@ -159,7 +159,7 @@ def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
         session.run("half:0", {"x:0": ORDINARY})
 
         def watched(fetch, fed=()):
-            planned = session._hidden.fetches([private.private_fetch(fetch)],
+            planned = session._inference._hidden.fetches([private.private_fetch(fetch)],
                                               [private.private_feed(t) for t in fed])
             return planned[0] if planned else []
 
@@ -213,7 +213,7 @@ def test_a_run_through_tf1_control_flow_watches_only_what_it_can_fetch(caplog):
         expected = plain.run(fetches, {"x:0": ORDINARY})
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
         values = session.run(fetches, {"x:0": ORDINARY})
-        planned = session._hidden.fetches([session._shadow.private_fetch(f) for f in fetches], [
+        planned = session._inference._hidden.fetches([session._shadow.private_fetch(f) for f in fetches], [
             session._shadow.private_feed("x:0")])
     for value, want in zip(values, expected):
         np.testing.assert_array_equal(value, want)

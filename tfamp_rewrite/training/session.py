@@ -25,9 +25,7 @@ line naming what it converted and these settings.
 """
 from __future__ import annotations
 
-import math
 import os
-import re
 import threading
 
 import numpy as np
@@ -42,15 +40,13 @@ from . import step_watch
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
-from .hidden_non_finite import HiddenNonFinite
+from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
-from .shadow_graph import ShadowGraph, ancestors, fetch_elements, map_fetch_structure
+from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
 from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
 from .unscaled_training import UnscaledTrainingWatch
 
 _tf1 = tf.compat.v1
-HIDDEN_CHECKS_EVERY_RUN = 64  # runs with no loss-scaled step checked for hidden inf/nan, then
-HIDDEN_CHECKS_THEN = 16       # one such run in this many
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
 TF_SESSION_CLASSES = {"Session": _tf1.Session, "InteractiveSession": _tf1.InteractiveSession}
 
@@ -70,9 +66,7 @@ class _RewritingSession:
                                          session_compat(compat), config, target)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
-        self._hidden = HiddenNonFinite(self._shadow) if self._shadow is not None else None
-        self._said_non_finite = False
-        self._runs_inferring = 0
+        self._inference = InferenceWatch(self._shadow) if self._shadow is not None else None
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
@@ -203,7 +197,8 @@ class _RewritingSession:
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
-        hidden = self._hidden_checks(elements, fed) if watched is None and not steps_unseen else None
+        hidden = (self._inference.hidden_fetches(elements, fed) if watched is None and not steps_unseen
+                  else None)
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
@@ -223,93 +218,24 @@ class _RewritingSession:
 
     def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):
         """TensorFlow's run of private-graph ``fetches`` (``elements``, fed ``fed``); an
-        assertion it fails below a half node is said once (the run's values cannot be looked
-        at then), and the error raised as it is."""
+        assertion it fails below a half node is said (InferenceWatch.after_failure), and the
+        error raised as it is."""
         try:
             return self._call_base(super().run, fetches, feeds, options, run_metadata)
         except tf.errors.InvalidArgumentError as error:
-            self._say_failed_assertion(error, elements, fed)
+            self._inference.after_failure(error, elements, fed)
             raise
-
-    def _say_failed_assertion(self, error, elements, fed) -> None:
-        message = error.message or ""
-        if self._said_non_finite or "assertion failed" not in message:
-            return
-        # error.op is often None: TensorFlow's pattern for the node name also matches a
-        # printed value ("[[-nan]..."), so the name is read from its "{{node NAME}}" tag. An
-        # Assert in a control flow v2 branch is named as in the branch's function: then the
-        # run's fetches stand for it.
-        graph = self._shadow.graph
-        names = [name for name in _FAILED_NODE.findall(message) if _has_operation(graph, name)]
-        if names:
-            upstream = ancestors([graph.get_operation_by_name(names[-1])])
-            which = "the assertion %r" % self._shadow.user_name(names[-1])
-        else:
-            upstream = ancestors(elements, {t.name for t in fed})
-            which = "an assertion (%s)" % message[message.index("assertion failed"):].split("\n")[0][:80]
-        if any(self._shadow.computes_in_half(op) for op in upstream):
-            self._say_non_finite("failed in %s, which %s nodes lie upstream of (a metric's range "
-                                 "check fails on NaN predictions)" % (which, self._shadow.dtype),
-                                 then="If float32 passes it")
-
-    def _hidden_checks(self, elements, fed):
-        """What ``HiddenNonFinite`` plans for a run with no loss-scaled step, when this one is
-        to check (``_hidden_check_due``)."""
-        return self._hidden.fetches(elements, fed) if self._hidden_check_due() else None
-
-    def _hidden_check_due(self) -> bool:
-        """Whether this run with no loss-scaled step checks for hidden inf/nan: until an
-        inf/nan has been said, each of the session's first HIDDEN_CHECKS_EVERY_RUN such runs,
-        then every HIDDEN_CHECKS_THEN-th (the check costs a few ops and a fetch, about 150 us
-        on a CPU, against a small model's run in an evaluation loop)."""
-        if self._said_non_finite:
-            return False
-        self._runs_inferring += 1
-        return (self._runs_inferring <= HIDDEN_CHECKS_EVERY_RUN
-                or self._runs_inferring % HIDDEN_CHECKS_THEN == 0)
 
     def _judge_run(self, checks, statuses, steps_before: int, fetches, values, hidden=None,
                    hidden_statuses=None) -> None:
         """After a run and its step watch: the deferred checks' verdict (``checks``: what
         ``DeferredChecks.fetches`` planned, ``statuses`` their values), then, for a run that
-        computed no loss-scaled step, the inf/nan line: for the fetched values, else for the
-        tensors ``hidden`` (what ``HiddenNonFinite.fetches`` planned) watched."""
+        computed no loss-scaled step, the inference watch's (``hidden``: what it planned)."""
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
-        if step_watch.step_runs_so_far() != steps_before:
-            return
-        self._say_non_finite_fetch(fetches, values)
-        if hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
-            found = hidden[0][int(np.argmax(hidden_statuses))]
-            self._say_non_finite("computed inf/nan in %s, so the values it returned do not show "
-                                 "it, and computed no loss-scaled step, so nothing watched or "
-                                 "healed it" % found)
-
-    def _say_non_finite_fetch(self, fetches, values) -> None:
-        """A run that computed no loss-scaled step has no step watch: an inf/nan it returns
-        is said once (the session cannot tell whether float32 would have given one too)."""
-        if self._said_non_finite:
-            return
-        found = _non_finite_leaf(fetches, values)
-        if found is None:
-            return
-        name = getattr(found, "name", found)
-        self._say_non_finite("returned inf/nan%s and computed no loss-scaled step, so nothing "
-                             "watched or healed it" % (
-                                 " in %r" % name if isinstance(name, str) and name else ""))
-
-    def _say_non_finite(self, what: str, then: str = "If float32 gives finite values there") -> None:
-        """The one line (per session) about an inf/nan no step watch saw: ``what`` the run
-        did, ``then`` the condition under which float16 is to blame."""
-        if self._said_non_finite:
-            return
-        self._said_non_finite = True
-        log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
-                 "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
-                 "tfamp-rewrite doctor names the node, and nodes_to_exclude or "
-                 "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it float32 (said once)"
-                 % (what, then, self._shadow.dtype, self._shadow.dtype))
+        if step_watch.step_runs_so_far() == steps_before:
+            self._inference.after_run(fetches, values, hidden, hidden_statuses)
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""
@@ -394,7 +320,7 @@ class _RewritingSession:
         step_tensors = nest.flatten(steps) if steps else []
         checks = self._checks.fetches(fetches + targets, fed)
         check_tensors = [checks[1]] if checks else []
-        hidden = None if steps or self._said_non_finite else self._hidden.fetches(fetches + targets, fed)
+        hidden = None if steps else self._inference.hidden_plan(fetches + targets, fed)
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
         _replace(mapped.feed, [t.name for t in feeds])
@@ -414,7 +340,7 @@ class _RewritingSession:
             values = [shadow.fed_value(feed, value if dtype is None else np.asarray(value, dtype))
                       for (feed, dtype), value in zip(conversions, values)]
             steps_before = step_watch.step_runs_so_far()
-            checked = hidden is not None and self._hidden_check_due()
+            checked = hidden is not None and self._inference.check_due()
             results = (checked_run if checked else run)(*values, **kwargs)
             if steps:
                 step_values = nest.pack_sequence_as(
@@ -427,39 +353,6 @@ class _RewritingSession:
             return results[:len(fetches)]
 
         return run_private, list(steps or ())
-
-
-def _non_finite_leaf(fetches, values):
-    """The fetch whose value holds inf/nan (None when all are finite; ``""`` when the fetch
-    structure does not say which).  Cheap: it runs after every run that infers."""
-    if isinstance(values, np.floating):
-        return None if math.isfinite(values) else fetches
-    if isinstance(values, np.ndarray):
-        return fetches if values.dtype.kind == "f" and not np.isfinite(values).all() else None
-    if isinstance(values, dict):
-        keys = list(values)
-        parts = [(fetches.get(k, "") if isinstance(fetches, dict) else "", values[k]) for k in keys]
-    elif isinstance(values, (list, tuple)):
-        same = isinstance(fetches, (list, tuple)) and len(fetches) == len(values)
-        parts = [(fetches[i] if same else "", value) for i, value in enumerate(values)]
-    else:
-        return None
-    for fetch, value in parts:
-        found = _non_finite_leaf(fetch, value)
-        if found is not None:
-            return found
-    return None
-
-
-_FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
-
-
-def _has_operation(graph, name: str) -> bool:
-    try:
-        graph.get_operation_by_name(name)
-    except KeyError:
-        return False
-    return True
 
 
 def _replace(repeated_field, values) -> None:

@@ -1,0 +1,131 @@
+"""Saying so, once per session, when a run no step watch covers meets inf/nan.
+
+A run that computes no loss-scaled step (inference, evaluation, a served model) is not
+watched, diagnosed or healed: a skipped step cannot be told from an inference, and an
+inference cannot be run again safely (input pipelines, ``py_func``).  ``InferenceWatch``
+says, once per session, the first such run that
+
+    returned inf/nan in a fetched floating value                    (after_run)
+    computed inf/nan that its fetched values hide: an argmax,       (hidden_fetches, then
+      comparison, CTC decoder or integer cast read it               after_run)
+    failed an assertion below a half node (a metric's range check)  (after_failure)
+
+naming what it can, with what float16 may have done and how to keep the node float32.
+The hidden inf/nan check (hidden_non_finite.py) costs a few ops and a fetch, so it runs on
+each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``CHECK_THEN``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+import numpy as np
+
+from .devices import log_once
+from .hidden_non_finite import HiddenNonFinite
+from .shadow_graph import ancestors
+
+CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
+CHECK_THEN = 16       # one such run in this many
+# TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
+# message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
+_FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
+
+
+class InferenceWatch:
+    """One rewriting session's notices about inf/nan in runs with no loss-scaled step."""
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self.said = False
+        self._hidden = HiddenNonFinite(shadow)
+        self._runs = 0
+
+    def hidden_fetches(self, elements, fed=()):
+        """``HiddenNonFinite.fetches`` for this inference run, or None when it does not check
+        (``check_due``)."""
+        return self._hidden.fetches(elements, fed) if self.check_due() else None
+
+    def hidden_plan(self, elements, fed=()):
+        """``HiddenNonFinite.fetches`` whatever ``check_due`` says (a callable's, fixed when
+        it is made), or None once something has been said."""
+        return None if self.said else self._hidden.fetches(elements, fed)
+
+    def check_due(self) -> bool:
+        """Whether this inference run checks for hidden inf/nan (counts it)."""
+        if self.said:
+            return False
+        self._runs += 1
+        return self._runs <= CHECK_EVERY_RUN or self._runs % CHECK_THEN == 0
+
+    def after_run(self, fetches, values, hidden=None, hidden_statuses=None) -> None:
+        """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
+        tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one."""
+        if self.said:
+            return
+        found = _non_finite_leaf(fetches, values)
+        if found is not None:
+            name = getattr(found, "name", found)
+            self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
+                      "healed it" % (" in %r" % name if isinstance(name, str) and name else ""))
+        elif hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
+            self._say("computed inf/nan in %s, so the values it returned do not show it, and "
+                      "computed no loss-scaled step, so nothing watched or healed it"
+                      % hidden[0][int(np.argmax(hidden_statuses))])
+
+    def after_failure(self, error, elements, fed=()) -> None:
+        """Says a run (of ``elements``, fed ``fed``) that failed an assertion below a half
+        node: its values cannot be looked at then."""
+        message = error.message or ""
+        if self.said or "assertion failed" not in message:
+            return
+        graph = self.shadow.graph
+        names = [name for name in _FAILED_NODE.findall(message) if _has_operation(graph, name)]
+        if names:
+            upstream = ancestors([graph.get_operation_by_name(names[-1])])
+            which = "the assertion %r" % self.shadow.user_name(names[-1])
+        else:  # an Assert in a control flow v2 branch is named as in the branch's function
+            upstream = ancestors(elements, {t.name for t in fed})
+            which = "an assertion (%s)" % message[message.index("assertion failed"):].split("\n")[0][:80]
+        if any(self.shadow.computes_in_half(op) for op in upstream):
+            self._say("failed in %s, which %s nodes lie upstream of (a metric's range check fails "
+                      "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it")
+
+    def _say(self, what: str, then: str = "If float32 gives finite values there") -> None:
+        self.said = True
+        log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
+                 "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
+                 "tfamp-rewrite doctor names the node, and nodes_to_exclude or "
+                 "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it float32 (said once)"
+                 % (what, then, self.shadow.dtype, self.shadow.dtype))
+
+
+def _non_finite_leaf(fetches, values) -> Optional[object]:
+    """The fetch whose value holds inf/nan (None when all are finite; ``""`` when the fetch
+    structure does not say which).  Cheap: it runs after every run that infers."""
+    if isinstance(values, np.floating):
+        return None if math.isfinite(values) else fetches
+    if isinstance(values, np.ndarray):
+        return fetches if values.dtype.kind == "f" and not np.isfinite(values).all() else None
+    if isinstance(values, dict):
+        keys = list(values)
+        parts = [(fetches.get(k, "") if isinstance(fetches, dict) else "", values[k]) for k in keys]
+    elif isinstance(values, (list, tuple)):
+        same = isinstance(fetches, (list, tuple)) and len(fetches) == len(values)
+        parts = [(fetches[i] if same else "", value) for i, value in enumerate(values)]
+    else:
+        return None
+    for fetch, value in parts:
+        found = _non_finite_leaf(fetch, value)
+        if found is not None:
+            return found
+    return None
+
+
+def _has_operation(graph, name: str) -> bool:
+    try:
+        graph.get_operation_by_name(name)
+    except KeyError:
+        return False
+    return True
