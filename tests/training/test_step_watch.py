@@ -415,8 +415,7 @@ def test_sessions_made_after_a_heal_start_healed(caplog):
     assert unrelated.rewrite_reports[0].decision("logits").dtype == "float16"
 
 
-@pytest.mark.parametrize("flow", ["while_loop", "cond"])
-def test_steps_inside_tf1_control_flow_are_said_to_be_unwatched(caplog, flow):
+def test_steps_inside_a_tf1_while_loop_are_said_to_be_unwatched(caplog):
     """Their finite flag cannot be fetched: one warning says the skips go unseen, and no run
     is called one that 'computed no loss-scaled step'."""
     graph = tf.Graph()
@@ -425,30 +424,71 @@ def test_steps_inside_tf1_control_flow_are_said_to_be_unwatched(caplog, flow):
         w = tf1.get_variable("w", initializer=tf1.ones([8, 4]) * 8.0)
         optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9))
 
-        def step():
-            loss = tf.reduce_mean(tf.matmul(x, w, name="logits"))  # 9.6e4: inf in float16
-            return loss, optimizer.minimize(loss)
-
         def trained_loss():
-            loss, train_op = step()
-            with tf.control_dependencies([train_op]):
+            loss = tf.reduce_mean(tf.matmul(x, w, name="logits"))  # 9.6e4: inf in float16
+            with tf.control_dependencies([optimizer.minimize(loss)]):
                 return tf.identity(loss)
 
-        if flow == "while_loop":
-            fetch = tf1.while_loop(lambda i, _: i < 2, lambda i, _: (i + 1, trained_loss()),
-                                   [0, 0.0])[1]
-        else:
-            fetch = tf1.cond(tf.constant(True), trained_loss, lambda: 0.0)
+        fetch = tf1.while_loop(lambda i, _: i < 2, lambda i, _: (i + 1, trained_loss()), [0, 0.0])[1]
         init = tf1.global_variables_initializer()
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=graph) as session:
             session.run(init)
             for _ in range(3):
                 assert not np.isfinite(session.run(fetch))
-    said = [r.getMessage() for r in caplog.records if "inside a TF1 tf.cond or tf.while_loop"
-            in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "inside a TF1 tf.while_loop" in r.getMessage()]
     assert len(said) == 1 and "not said, diagnosed or healed" in said[0]
     assert "computed no loss-scaled step" not in caplog.text
+
+
+def test_a_step_applied_in_a_tf1_cond_every_other_run_is_watched_and_healed(caplog):
+    """Gradient accumulation applied every N-th run inside tf.cond: the step's flag and scale
+    are passed out of the cond, so its skips are seen (runs whose branch is not taken count
+    as no step), diagnosed from the probes the run computes, and healed."""
+    parts = overflow_net()
+    graph = parts["graph"]
+    with graph.as_default(), control_flow_v1():
+        runs = tf1.get_variable("runs", initializer=0, trainable=False)
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9))
+        apply_now = tf.equal(tf1.assign_add(runs, 1) % 2, 0)
+        train = tf1.cond(apply_now, lambda: optimizer.minimize(parts["loss"]), tf.no_op)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            losses = [session.run([train, parts["loss"]], parts["feed"])[1] for _ in range(60)]
+    assert not [r for r in caplog.records if "cannot be fetched" in r.getMessage()]
+    (heal,) = session.heals
+    assert heal.culprit == "logits:0"
+    assert not np.isfinite(losses[0]) and np.isfinite(losses[-5:]).all()
+
+
+def test_a_whole_step_built_inside_a_tf1_cond_is_watched_without_fetching_its_branch(caplog):
+    """Forward pass and minimize both inside the cond: the gradients' Merges there (TF1's
+    cond_grad) are not fetchable, so the diagnosis leaves them out instead of failing the
+    run ('Retval does not have value'); its skips are still seen."""
+    parts = overflow_net()
+    graph = parts["graph"]
+    with graph.as_default(), control_flow_v1():
+        runs = tf1.get_variable("runs", initializer=0, trainable=False)
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9))
+
+        def step():
+            logits = tf.matmul(tf.nn.relu(tf.matmul(parts["batch"], tf1.get_variable("w1"))),
+                               tf1.get_variable("w2"), name="inner_logits")
+            loss = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=graph.get_tensor_by_name("y:0"), logits=logits))
+            return optimizer.minimize(loss)
+
+        with tf1.variable_scope("", reuse=True):
+            train = tf1.cond(tf.equal(tf1.assign_add(runs, 1) % 2, 0), step, tf.no_op)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(40):
+                session.run(train, parts["feed"])
+    assert [r for r in caplog.records if "a training step was skipped" in r.getMessage()]
 
 
 def test_a_heal_file_stays_strict_json_when_a_culprit_held_inf(tmp_path):

@@ -421,9 +421,11 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             scale_used = self._scale_value()
             with _tf.control_dependencies([scale_used.op]):
                 update_op, should_apply = self._loss_scale.update(all_finite)
+        exported = step_signals.outside_tf1_conds([all_finite, scale_used])
         step_signals.register(scale_used.graph, step_signals.StepSignal(
             all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
-            should_apply=None if isinstance(should_apply, bool) else should_apply))
+            should_apply=None if isinstance(should_apply, bool) else should_apply,
+            exported=tuple(exported) if exported else None, computed_by=update_op))
 
         # Inside the cond the name scope gains "cond/" (TF1) or starts afresh (a cond_v2
         # branch), and variables the wrapped optimizer creates there (Adam's beta1_power)

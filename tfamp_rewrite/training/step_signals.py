@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional, Sequence
 
 _registry: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -25,6 +25,15 @@ class StepSignal:
     scale: object           # float32 scalar tensor, read before the step updates the scale
     loss_scale: object      # the LossScale (its initial value, minimum, multiplier)
     should_apply: object = None  # the skip cond's predicate (a bool tensor), or None (fixed scale)
+    # A step built inside the user's TF1 tf.cond (gradients accumulated, applied every N-th
+    # run): its flag and scale cannot be fetched, so they are also passed out of the cond
+    # (``outside_tf1_conds``) as float32 scalars -- the flag 1/0, both NOT_RUN when the branch
+    # was not taken -- and ``computed_by``, an op of the step, tells which runs compute it.
+    exported: Optional[tuple] = None  # (flag, scale) outside the conds, or None
+    computed_by: object = None
+
+
+NOT_RUN = -1.0  # an exported flag's and scale's value when the step's branch was not taken
 
 
 def register(graph, signal: StepSignal) -> None:
@@ -36,6 +45,35 @@ def step_signals(graph) -> List[StepSignal]:
     """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built."""
     with _lock:
         return list(_registry.get(graph, ()))
+
+
+def outside_tf1_conds(tensors: Sequence) -> Optional[list]:
+    """``tensors`` (scalars built now, inside the user's TF1 cond branches) as float32
+    tensors outside every enclosing cond: at each level a Merge of the value with NOT_RUN,
+    which flows when the branch is not taken.  None when no TF1 cond encloses them, or a
+    while loop does (a loop's iterations cannot be passed out as one value)."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.get_default_graph()
+    here = graph._get_control_flow_context()  # pylint: disable=protected-access
+    conds, context = [], here
+    while context is not None:
+        if getattr(context, "pred", None) is None or not hasattr(context, "branch"):
+            return None  # a while loop
+        conds.append(context)
+        context = context.outer_context
+    if not conds:
+        return None
+    values = [tf.cast(t, tf.float32) for t in tensors]
+    try:
+        for cond in conds:  # innermost first
+            graph._set_control_flow_context(cond.outer_context)  # pylint: disable=protected-access
+            not_taken = 1 - cond.branch  # Switch's outputs: (false branch, true branch)
+            values = [tf.raw_ops.Merge(inputs=[value, tf.raw_ops.Switch(
+                data=tf.constant(NOT_RUN), pred=cond.pred)[not_taken]])[0] for value in values]
+    finally:
+        graph._set_control_flow_context(here)  # pylint: disable=protected-access
+    return values
 
 
 def in_skip_cond(op) -> bool:

@@ -231,9 +231,17 @@ class StepWatch:
 
     def _step_fetches(self, signals, elements, fed) -> Dict[int, tuple]:
         self._follow_generation()
-        return {i: (self.shadow.private_fetch(signals[i].all_finite),
-                    self.shadow.private_fetch(signals[i].scale))
+        return {i: tuple(self.shadow.private_fetch(t) for t in _flag_and_scale(signals[i]))
                 for i in self._steps_computed(signals, elements, fed)[0]}
+
+    def _user_fetchable(self, tensor: str) -> bool:
+        """Whether the user graph lets ``tensor`` be fetched (TF1 marks what it builds inside
+        a cond branch or while loop as not fetchable)."""
+        graph = self.shadow.user_graph
+        try:
+            return graph.is_fetchable(graph.get_tensor_by_name(tensor))
+        except (KeyError, ValueError):
+            return False
 
     def _global_step(self):
         """The user graph's global_step in the private graph, or None."""
@@ -249,8 +257,9 @@ class StepWatch:
             self._computed.clear()
 
     def _steps_computed(self, signals, elements, fed) -> Tuple[List[int], List[int]]:
-        """The dynamically scaled steps a run of ``elements`` computes: those it can watch, and
-        those inside a TF1 cond or while loop, whose flag and scale cannot be fetched."""
+        """The dynamically scaled steps a run of ``elements`` computes: those it can watch
+        (their flag and scale fetched as they are, or as passed out of the user's TF1 conds),
+        and those inside a TF1 while loop, whose flag and scale cannot be fetched."""
         key = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
         cached = self._computed.get(key)
         if cached is None:
@@ -258,9 +267,8 @@ class StepWatch:
             graph = self.shadow.user_graph
             steps = [i for i, s in enumerate(signals) if _is_dynamic(s.loss_scale)
                      and s.all_finite.graph is graph
-                     and self.shadow.private_fetch(s.all_finite).op in computed]
-            watched = [i for i in steps if graph.is_fetchable(signals[i].all_finite)
-                       and graph.is_fetchable(signals[i].scale)]
+                     and _op_of(self.shadow.private_fetch(s.computed_by or s.all_finite)) in computed]
+            watched = [i for i in steps if all(graph.is_fetchable(t) for t in _flag_and_scale(signals[i]))]
             cached = self._computed[key] = (watched, [i for i in steps if i not in watched])
         return cached
 
@@ -274,11 +282,11 @@ class StepWatch:
         if not self._said_unwatched:
             self._said_unwatched = True
             _logger.warning(
-                "tfamp_rewrite: a loss-scaled step runs inside a TF1 tf.cond or tf.while_loop "
-                "(its finite flag %r cannot be fetched there), so this session does not see "
-                "its skipped steps: they are not said, diagnosed or healed, though the loss "
-                "scale still falls on each. Call apply_gradients outside the cond or loop to "
-                "have them watched (said once)" % signals[unwatched[0]].all_finite.name)
+                "tfamp_rewrite: a loss-scaled step runs inside a TF1 tf.while_loop (its finite "
+                "flag %r cannot be fetched there), so this session does not see its skipped "
+                "steps: they are not said, diagnosed or healed, though the loss scale still "
+                "falls on each. Call apply_gradients outside the loop to have them watched "
+                "(said once)" % signals[unwatched[0]].all_finite.name)
 
     def _guard(self, signal) -> SkipGuard:
         guard = self._guards.get(id(signal))
@@ -296,7 +304,8 @@ class StepWatch:
                          "a while)" % self.shadow.dtype)
             user_def, result = self.shadow.half_rewrite()
             self._diagnosis = StepDiagnosis(user_def, result.graph_def, result.report, self.shadow.graph,
-                                            self.shadow.private_name, limits_for(self.shadow.dtype))
+                                            self.shadow.private_name, limits_for(self.shadow.dtype),
+                                            fetchable=self._user_fetchable)
         return self._diagnosis
 
     # -- after it ----------------------------------------------------------------------------
@@ -308,18 +317,19 @@ class StepWatch:
         """
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
-            for i, (all_finite, scale) in extra_values["steps"].items():
+            steps = _ran(extra_values["steps"])
+            for i, (all_finite, scale) in steps.items():
                 guard = self._guard(signals[i])
                 ended = guard.observe(float(scale), bool(all_finite))
                 if not all_finite:
                     self._say_first_skip(float(scale), signals[i], len(signals) > 1)
                 elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
                     self._say_settled(ended, float(scale))
-            if self.monitor is not None:
-                self._sample(extra_values, ids)
-            if "probes" in extra_values:
-                self._diagnose(extra_values, ids, signals, run_private)
-            skipped = [i for i, (finite, _) in extra_values["steps"].items() if not finite]
+            if self.monitor is not None and steps:
+                self._sample(dict(extra_values, steps=steps), ids)
+            if "probes" in extra_values and steps:
+                self._diagnose(dict(extra_values, steps=steps), ids, signals, run_private)
+            skipped = [i for i, (finite, _) in steps.items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
             _record_step_run(self.shadow.user_graph if recovering else None)
 
@@ -501,4 +511,20 @@ def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, then: str) -
 
 def _is_dynamic(loss_scale) -> bool:
     return hasattr(loss_scale, "min_loss_scale")
+
+
+def _op_of(element):
+    return getattr(element, "op", element)
+
+
+def _flag_and_scale(signal) -> tuple:
+    """The tensors a run fetches to watch ``signal``'s step: its own, or as passed out of the
+    user's TF1 conds (StepSignal.exported)."""
+    return signal.exported or (signal.all_finite, signal.scale)
+
+
+def _ran(step_values) -> dict:
+    """``{index: (flag, scale)}`` of the steps that ran: a step in a TF1 cond branch not taken
+    this run reads NOT_RUN (a scale is never below 1)."""
+    return {i: (flag, scale) for i, (flag, scale) in step_values.items() if float(scale) > 0}
 
