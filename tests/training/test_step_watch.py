@@ -149,7 +149,7 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     assert "'logits' (MatMul, allow list)" in message and "forward value 'logits:0'" in message
     assert "32768 -> 16384" in message and "-> 64 (10 skipped steps)" in message
     assert "ALLOWLIST_REMOVE=MatMul" in message and "nodes_to_exclude=['^logits$'" in message
-    assert "heal 1 of at most 8" in message
+    assert "heal 1 of at most 16" in message
     (heal,) = session.heals
     assert heal.culprit == "logits:0" and "logits" in heal.nodes and heal.max_abs > 65504
     assert not np.isfinite(losses[0])                        # the half logits were inf
@@ -358,7 +358,7 @@ def test_a_callable_made_from_options_is_diagnosed_and_healed(caplog):
             losses = [train_step(*values)[0] for _ in range(40)]
             global_step = session.run(parts["global_step"])
     (message,) = culprit_messages(caplog)
-    assert "'logits' (MatMul, allow list)" in message and "heal 1 of at most 8" in message
+    assert "'logits' (MatMul, allow list)" in message and "heal 1 of at most 16" in message
     assert session.heals and session.heals[0].culprit == "logits:0"
     assert not np.isfinite(losses[0]) and np.isfinite(losses[-10:]).all() and global_step > 0
 
@@ -405,7 +405,7 @@ def test_sessions_made_after_a_heal_start_healed(caplog):
                 losses = train(again, later, 3)
         assert later.rewrite_reports[0].decision("logits").dtype == "float32"
         assert np.isfinite(losses).all() and later.heals == [] and culprit_messages(caplog) == []
-    assert len([r for r in caplog.records if "sessions made after a heal keep its nodes float32"
+    assert len([r for r in caplog.records if "sessions made after a heal keep the healed nodes"
                 in r.getMessage()]) == 1
     other = tf.Graph()  # another model that merely reuses the name
     with other.as_default():

@@ -95,9 +95,9 @@ class _RewritingSession:
                 len(kept), HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), kept[0]))
         healed = [n for n in step_watch.healed_in_this_process(self._user_graph) if n not in kept]
         if healed:
-            log_once("tfamp_rewrite: sessions made after a heal keep its nodes float32 from their "
-                     "first run (an Estimator's evaluation and next train() too): %d node(s) so "
-                     "far, e.g. '%s' (said once)" % (len(healed), healed[0]))
+            log_once("tfamp_rewrite: sessions made after a heal keep the healed nodes their graph "
+                     "holds float32 from their first run (an Estimator's evaluation and next "
+                     "train() too; said once)")
         self._shadow.kept_float32.update(kept + healed)
         every = monitor_every()
         monitor = (PrecisionMonitor(every, os.environ.get(MONITOR_DIR_ENV) or DEFAULT_DIR,

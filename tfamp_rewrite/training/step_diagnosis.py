@@ -14,8 +14,8 @@ the step computes anyway (never an extra run of input ops); ``culprit`` reads th
         its producer is half and it holds inf/nan or values beyond the half range,
           or it is float32, read in half, with finite values beyond the half range:
             forward: the culprit (its half_nodes stay float32, and the converted nodes
-                     that read its value in half through clear-list ones: a reshape or
-                     concat passes the magnitude on, so keeping only the first float32
+                     that read its value in half through ones that pass its size on: a
+                     reshape, concat, bias or ReLU does, so keeping only the first float32
                      would move the overflow one node on, one heal at a time)
             gradient: the culprit only when even unscaled it does not fit -- at the floor
                       scale, or its largest finite value over the step's scale is beyond
@@ -40,6 +40,11 @@ from ..graph_rewrite.graph_view import parse_input, topological_names
 
 FRONTIER_DEPTH = 6  # float32 nodes between an inf/nan and the half tensor held to blame
 MAX_READERS_KEPT = 64  # converted nodes a culprit's value reaches that a heal also keeps float32
+# Converted ops that pass a large value's size on to their readers: the clear list (moves,
+# selects, max-pools) and these infer-list ones (a bias or a sum added, an activation that is
+# the identity for large positive inputs).
+_PASSES_SIZE_ON = frozenset({"BiasAdd", "BiasAddV1", "Add", "AddV2", "AddN", "Sub", "Relu",
+                             "Relu6", "Elu", "Selu", "LeakyRelu", "Softplus"})
 
 
 @dataclass
@@ -171,16 +176,16 @@ class StepDiagnosis:
 
     def _with_half_readers(self, probe: Probe) -> Probe:
         """``probe`` with the converted nodes added that would read its value in half once
-        its half nodes are float32: its converted readers, and theirs through converted
-        clear-list nodes (which pass the value's magnitude on)."""
+        its half nodes are float32: its converted readers, and theirs through converted nodes
+        that pass the value's size on (``_passes_size_on``)."""
         kept = [n.name for n in probe.half_nodes]
-        passing = [probe.node] + [n.name for n in probe.half_nodes if n.category == "clear"]
+        passing = [probe.node] + [n.name for n in probe.half_nodes if self._passes_size_on(n.name)]
         while passing and len(kept) < MAX_READERS_KEPT:
             node = passing.pop(0)
             for reader in self._readers.get(node, ()):
                 if reader in self._converted and reader not in kept:
                     kept.append(reader)
-                    if self._decisions[reader].category == "clear":
+                    if self._passes_size_on(reader):
                         passing.append(reader)
         if len(kept) == len(probe.half_nodes):
             return probe
@@ -204,6 +209,10 @@ class StepDiagnosis:
                 return [HalfNode(n, self._decisions[n].op, self._decisions[n].category) for n in found]
             level = upstream
         return []
+
+    def _passes_size_on(self, node: str) -> bool:
+        decision = self._decisions[node]
+        return decision.category == "clear" or decision.op in _PASSES_SIZE_ON
 
     @staticmethod
     def _culprit(probe: Probe, largest: float, held_by: str, presumed: bool = False) -> Culprit:

@@ -108,7 +108,9 @@ def _remember_healed(graph, nodes) -> None:
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
 HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
-DEFAULT_MAX_HEALS = 8
+# Heals per session: a deep regression on raw inputs (values of 1e5 in every layer's gradients)
+# needs about one per layer; each imports the graph once more (its nodes, not its weights).
+DEFAULT_MAX_HEALS = 16
 _logger = logging.getLogger("tfamp_rewrite")
 _said_probing = False  # building the probes is said once per process
 
