@@ -415,8 +415,11 @@ class StepWatch:
             if self.auto_fix and not collective and not self._said_final:
                 self._said_final = True
                 _logger.warning("tfamp_rewrite: %d heals already in this session (the limit); it "
-                                "changes nothing more -- apply the edits above and restart"
-                                % self.max_heals)
+                                "changes nothing more -- apply the edits above and restart%s"
+                                % (self.max_heals, "" if self.heal_file else
+                                   ", or run again with %s=path set: each run then writes its "
+                                   "heals there and the next starts from them, so heals beyond "
+                                   "one session's limit add up over runs" % HEAL_FILE_ENV))
             return
         report = self.shadow.heal(culprit.half_nodes)
         self.heals.append(heal)
