@@ -76,7 +76,12 @@ _healed_in_process: Dict[str, tuple] = {}
 _healed_lock = threading.Lock()
 
 
-def _node_signature(op) -> tuple:
+def _node_signature(graph, name: str) -> Optional[tuple]:
+    """``name``'s op type and its inputs' names and op types in ``graph``; None if absent."""
+    try:
+        op = graph.get_operation_by_name(name)
+    except KeyError:
+        return None
     return op.type, tuple((t.op.name, t.op.type) for t in op.inputs)
 
 
@@ -84,26 +89,13 @@ def healed_in_this_process(graph) -> List[str]:
     """The nodes earlier sessions of this process healed that ``graph`` holds as they were."""
     with _healed_lock:
         healed = dict(_healed_in_process)
-    same = []
-    for name, signature in healed.items():
-        try:
-            op = graph.get_operation_by_name(name)
-        except KeyError:
-            continue
-        if _node_signature(op) == signature:
-            same.append(name)
-    return same
+    return [name for name, signature in healed.items() if _node_signature(graph, name) == signature]
 
 
 def _remember_healed(graph, nodes) -> None:
-    signatures = {}
-    for name in nodes:
-        try:
-            signatures[name] = _node_signature(graph.get_operation_by_name(name))
-        except KeyError:
-            continue
+    signatures = {name: _node_signature(graph, name) for name in nodes}
     with _healed_lock:
-        _healed_in_process.update(signatures)
+        _healed_in_process.update((n, s) for n, s in signatures.items() if s is not None)
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
