@@ -213,8 +213,8 @@ def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
             session.run(train_op, {x: np.ones([4, 8], np.float32)})
         first = session.heals[0]
     assert first.presumed and first.culprit == "Log:0"
-    assert "The cause is presumably 'sub' (Sub, infer list), upstream of float32 'Log'" in \
-        culprit_messages(caplog)[0]
+    # 1 / sub, in Log's gradient, is inf of its own: a second culprit, healed with the first
+    assert "presumably 'sub' (Sub, infer list), upstream of float32 'Log'" in culprit_messages(caplog)[0]
 
 
 def test_with_healing_off_the_warning_names_the_node_and_steps_stay_skipped(monkeypatch, caplog):
@@ -386,6 +386,76 @@ def test_one_heal_keeps_the_clear_chain_that_passes_a_large_value_on(caplog):
                 session.run(train_op, feed)
     (heal,) = session.heals
     assert heal.culprit == "x:0" and {"flat", "columns", "mix"} <= set(heal.nodes), heal.nodes
+
+
+def style_loss_net(layers=5, seed=0):
+    """A style-transfer loss: a chain of ReLU layers over an image's features, and each
+    layer's Gram matrix (MatMul, allow list: about 1.2e5, beyond float16) compared with a
+    target's.  No Gram matrix is computed from another, so each overflows on its own."""
+    rng = np.random.RandomState(seed)
+    graph = tf.Graph()
+    parts = {"graph": graph, "grams": ["gram%d" % i for i in range(layers)]}
+    with graph.as_default():
+        value = (rng.rand(64, 16) * 10).astype(np.float32)
+        image = tf1.get_variable("image", initializer=value)
+        features, loss = image, 0.0
+        for i in range(layers):
+            w = np.abs(rng.standard_normal([16, 16])).astype(np.float32) / 4
+            value = np.maximum(value @ w, 0)
+            features = tf.nn.relu(tf.matmul(features, w), name="features%d" % i)
+            scale = np.sqrt(1.2e5 / (value.T @ value).max()).astype(np.float32)
+            gram = tf.matmul(features * scale, features * scale, transpose_a=True, name="gram%d" % i)
+            loss += tf.reduce_mean(tf.square(gram * 1e-5 - 1.0))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+        parts["loss"], parts["train"] = loss, opt.minimize(loss)
+        parts["init"] = tf1.global_variables_initializer()
+    return parts
+
+
+def test_every_independent_culprit_of_a_step_is_healed_at_once(caplog):
+    """Five Gram matrices that each overflow: one warning names them all and one heal keeps
+    them all float32 -- one loss-scale restart and one more graph, not five."""
+    parts = style_loss_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            losses = train(parts, session, 40)
+    (heal,) = session.heals
+    healed = {heal.culprit} | set(heal.more_culprits)
+    assert healed == {g + ":0" for g in parts["grams"]}, healed
+    assert set(parts["grams"]) <= set(heal.nodes)
+    (message,) = culprit_messages(caplog)
+    assert "The cause is 5 tensors that do not fit float16" in message
+    assert "'gram0' (MatMul, allow list)" in message and "and 1 more" in message
+    assert "Keep them float32" in message and "keeps them float32 from now on (heal 1 of" in message
+    assert not np.isfinite(losses[0]) and np.isfinite(losses[-5:]).all()
+    reports = session.rewrite_reports[-1]
+    assert all(reports.decision(g).dtype == "float32" for g in parts["grams"])
+
+
+def test_one_heal_keeps_the_half_readers_past_a_float32_sum():
+    """A MatMul of about 1e5, summed in float32 (an Exp, deny list, feeds the sum) and read in
+    half by the next MatMul: one heal keeps both MatMuls float32, where keeping the first
+    alone would leave the second to overflow and take a heal of its own."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 16], name="x")
+        w1 = tf1.get_variable("w1", initializer=tf1.random_normal([16, 16], stddev=50.0, seed=1))
+        w2 = tf1.get_variable("w2", initializer=tf1.random_normal([16, 4], stddev=1e-3, seed=2))
+        first = tf.matmul(x, w1, name="first")
+        summed = tf.add_n([first, tf.exp(tf.zeros([8, 16]))], name="summed")
+        loss = tf.reduce_mean(tf.square(tf.matmul(summed, w2, name="second")))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: (np.random.RandomState(0).standard_normal([8, 16]) * 1e3).astype(np.float32)}
+    with tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        assert session.rewrite_reports[0].decision("summed").dtype == "float32"
+        for _ in range(12):
+            session.run(train_op, feed)
+    heal = session.heals[0]
+    assert heal.culprit == "first:0" and {"first", "second"} <= set(heal.nodes), heal.nodes
 
 
 def test_sessions_made_after_a_heal_start_healed(caplog):

@@ -7,22 +7,25 @@ and its role (forward, or a gradient the loss scale multiplies); and every float
 of an unconverted node that reads a half tensor (a *boundary*).  In the session's private
 graph each is measured as it is really held -- a half tensor cast to float32, an emulated
 one as the float32 value emulation rounds.  ``fetches(elements, fed)`` gives the probes
-the step computes anyway (never an extra run of input ops); ``culprit`` reads them::
+the step computes anyway (never an extra run of input ops); ``find`` reads them::
 
     for each probed tensor, in topological order:
         an input (probed) is already inf/nan:          a victim; skip it
         its producer is half and it holds inf/nan or values beyond the half range,
           or it is float32, read in half, with finite values beyond the half range:
             forward: the culprit (its half_nodes stay float32, and the converted nodes
-                     that read its value in half through ones that pass its size on: a
-                     reshape, concat, bias or ReLU does, so keeping only the first float32
-                     would move the overflow one node on, one heal at a time)
+                     that read its value in half through ones, half or float32, that pass
+                     its size on: a reshape, concat, bias, sum or ReLU does, so keeping only
+                     the first float32 would move the overflow one node on, one heal at a time)
             gradient: the culprit only when even unscaled it does not fit -- at the floor
                       scale, or its largest finite value over the step's scale is beyond
         it is float32 and turns inf/nan from finite inputs: a half tensor upstream lost a
             value (flushed to zero, rounded to 1) that float32 needed -- the nearest
             converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away)
             stay float32, under the same forward / gradient rule
+    every culprit found is one: none reads another's inf/nan, each holds its own value out
+    of range (as a style loss's Gram matrices do).  The finding keeps all their half nodes
+    float32 in one edit, so one heal mends what one culprit per heal took as many heals for
     none: no culprit (gradients that overflow only at this scale are the scale's business)
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ..graph_rewrite.graph_view import parse_input, topological_names
 
 FRONTIER_DEPTH = 6  # float32 nodes between an inf/nan and the half tensor held to blame
 MAX_READERS_KEPT = 64  # converted nodes a culprit's value reaches that a heal also keeps float32
+MAX_NODES_WALKED = 512  # nodes passing a culprit's value on that are walked to find them
 # Converted ops that pass a large value's size on to their readers: the clear list (moves,
 # selects, max-pools) and these infer-list ones (a bias or a sum added, an activation that is
 # the identity for large positive inputs).
@@ -62,6 +66,16 @@ class Culprit:
     # True when a float32 node turned inf/nan from finite inputs and the nearest half nodes
     # upstream are only presumed to blame (float32 itself may fail the same way)
     presumed: bool = False
+
+
+@dataclass
+class Finding:
+    """What one probed step shows: its culprits, in topological order, none of which reads
+    another's inf/nan; and the one edit that keeps all their half nodes float32."""
+
+    culprits: List[Culprit]
+    half_nodes: List[str]        # every culprit's, in order, once each
+    fix: Fix
 
 
 class StepDiagnosis:
@@ -105,10 +119,11 @@ class StepDiagnosis:
                         and self.ops.probes[i].node in self._converted)
         return ids, (self.ops.fetches(ids) if ids else None)
 
-    def culprit(self, ids: Tuple[int, ...], counts, extrema, scale: float,
-                at_floor: bool) -> Optional[Culprit]:
-        """The first tensor of the probed step that does not fit (module docstring)."""
+    def find(self, ids: Tuple[int, ...], counts, extrema, scale: float,
+             at_floor: bool) -> Optional[Finding]:
+        """The culprits of the probed step, or None when it has none (module docstring)."""
         counts, extrema = np.asarray(counts), np.asarray(extrema)
+        culprits: List[Culprit] = []
         nonfinite: Dict[str, bool] = {}
         for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
             probe = self._by_private[self.ops.probes[probe_id].tensor]
@@ -121,8 +136,13 @@ class StepDiagnosis:
             largest = float(extrema[row][0])
             found = self._judge(probe, counts[row], largest, scale, at_floor)
             if found is not None:
-                return found
-        return None
+                culprits.append(found)
+                nonfinite[probe.tensor] = True  # what reads it is its victim, not a culprit
+        if not culprits:
+            return None
+        names = list(dict.fromkeys(n for c in culprits for n in c.half_nodes))
+        return Finding(culprits=culprits, half_nodes=names,
+                       fix=fix_for([self._half_node(n) for n in names]))
 
     def _tainted(self, tensor: str, nonfinite: Dict[str, bool]) -> bool:
         """Whether ``tensor`` holds inf/nan this step, as far as the probes so far tell:
@@ -176,20 +196,23 @@ class StepDiagnosis:
 
     def _with_half_readers(self, probe: Probe) -> Probe:
         """``probe`` with the converted nodes added that would read its value in half once
-        its half nodes are float32: its converted readers, and theirs through converted nodes
-        that pass the value's size on (``_passes_size_on``)."""
+        its half nodes are float32: its converted readers, and theirs through nodes, half or
+        float32, that pass the value's size on (``_passes_size_on``: a float32 sum of a
+        gradient, read in half by the next layer's backprop, holds it as large)."""
         kept = [n.name for n in probe.half_nodes]
         passing = [probe.node] + [n.name for n in probe.half_nodes if self._passes_size_on(n.name)]
-        while passing and len(kept) < MAX_READERS_KEPT:
+        walked = set(passing)
+        while passing and len(kept) < MAX_READERS_KEPT and len(walked) < MAX_NODES_WALKED:
             node = passing.pop(0)
             for reader in self._readers.get(node, ()):
                 if reader in self._converted and reader not in kept:
                     kept.append(reader)
-                    if self._passes_size_on(reader):
-                        passing.append(reader)
+                if reader not in walked and reader in self._decisions and self._passes_size_on(reader):
+                    walked.add(reader)
+                    passing.append(reader)
         if len(kept) == len(probe.half_nodes):
             return probe
-        half_nodes = [HalfNode(n, self._decisions[n].op, self._decisions[n].category) for n in kept]
+        half_nodes = [self._half_node(n) for n in kept]
         return Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
                      role=probe.role, half_nodes=half_nodes)
 
@@ -206,9 +229,12 @@ class StepDiagnosis:
                     seen.add(source)
                     (found if source in self._converted else upstream).append(source)
             if found:
-                return [HalfNode(n, self._decisions[n].op, self._decisions[n].category) for n in found]
+                return [self._half_node(n) for n in found]
             level = upstream
         return []
+
+    def _half_node(self, node: str) -> HalfNode:
+        return HalfNode(node, self._decisions[node].op, self._decisions[node].category)
 
     def _passes_size_on(self, node: str) -> bool:
         decision = self._decisions[node]

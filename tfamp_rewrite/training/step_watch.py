@@ -6,12 +6,12 @@ steps deserves a diagnosis; the next such step then also fetches the range probe
 computes anyway (``StepDiagnosis``) -- no extra run, no input consumed.  A diagnosis first
 asks whether the model's own weights hold inf/nan (``VariableCheck``): then nothing is
 healed, the warning says so, and a ``NanTensorHook`` stops training as TensorFlow's does.
-A culprit found::
+Culprits found (every one the probed step shows, none computed from another's inf/nan)::
 
-    warn once per episode: the node, its op and list, the largest |x|, the scale's
-        trajectory, the list edit (and node names) that keep it float32
+    warn once per episode: each culprit's node, op and list, and largest |x|; the scale's
+        trajectory; the one list edit (and node names) that keep them all float32
     healing on (default; TFAMP_REWRITE_AUTO_FIX=0 or auto_fix=False: warn only):
-        the session keeps the culprit's half nodes float32 (ShadowGraph.heal: the same
+        the session keeps the culprits' half nodes float32 (ShadowGraph.heal: the same
         variables, slots, global_step, queues and iterators), restarts the loss scale
         from its initial value and says so; at most ``max_heals`` times, then a last
         warning and no more changes
@@ -29,7 +29,7 @@ import math
 import os
 import tempfile
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from ..doctor.limits import limits_for
@@ -37,7 +37,7 @@ from ..user_log import log_info
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
-from .step_diagnosis import Culprit, StepDiagnosis
+from .step_diagnosis import Culprit, Finding, StepDiagnosis
 from .step_signals import step_signals
 from .variable_check import VariableCheck
 
@@ -120,6 +120,7 @@ class Heal:
     trajectory: str
     env: str
     presumed: bool = False  # the culprit's half nodes were presumed to blame (Culprit.presumed)
+    more_culprits: List[str] = field(default_factory=list)  # the step's others, healed with it
 
 
 _auto_fix_default: Optional[bool] = None  # enable_mixed_precision_graph_rewrite(auto_fix=...)
@@ -340,10 +341,10 @@ class StepWatch:
                 guard.diagnosed(named=True)
                 self._say_variables_not_finite(nonfinite, guard)
                 continue
-            culprit = self._diagnosis_now().culprit(ids, counts, extrema, float(scale), guard.at_floor)
-            guard.diagnosed(named=culprit is not None)
-            if culprit is not None:
-                self._named(culprit, guard, signals, run_private)
+            finding = self._diagnosis_now().find(ids, counts, extrema, float(scale), guard.at_floor)
+            guard.diagnosed(named=finding is not None)
+            if finding is not None:
+                self._named(finding, guard, signals, run_private)
                 return
             if guard.at_floor:
                 self._nothing_found(guard)
@@ -384,11 +385,14 @@ class StepWatch:
         if initializers:
             run_private([self.shadow.private_fetch(op) for op in initializers])
 
-    def _named(self, culprit: Culprit, guard: SkipGuard, signals, run_private) -> None:
+    def _named(self, finding: Finding, guard: SkipGuard, signals, run_private) -> None:
         trajectory = guard.episode.trajectory()
-        heal = Heal(nodes=list(culprit.half_nodes), culprit=culprit.tensor, op=culprit.op,
+        culprit = finding.culprits[0]
+        heal = Heal(nodes=list(finding.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
-                    trajectory=trajectory, env=culprit.fix.env, presumed=culprit.presumed)
+                    trajectory=trajectory, env=finding.fix.env, presumed=culprit.presumed,
+                    more_culprits=[c.tensor for c in finding.culprits[1:]])
+        they = "them" if len(finding.culprits) > 1 else "it"
         collective = _runs_collectives(self.shadow.user_graph)
         can_heal = self.auto_fix and not collective and len(self.heals) < self.max_heals
         if not self.auto_fix:
@@ -398,11 +402,11 @@ class StepWatch:
                     "running different graphs wait on each other for ever, so set it on every rank "
                     "and restart")
         elif can_heal:
-            then = "healing: this session keeps it float32 from now on (heal %d of at most %d)" % (
-                len(self.heals) + 1, self.max_heals)
+            then = "healing: this session keeps %s float32 from now on (heal %d of at most %d)" % (
+                they, len(self.heals) + 1, self.max_heals)
         else:
             then = "no more heals in this session"
-        _logger.warning(_culprit_message(culprit, trajectory, self.shadow.dtype, then))
+        _logger.warning(_finding_message(finding, trajectory, self.shadow.dtype, then))
         if not can_heal:
             if self.auto_fix and not collective and not self._said_final:
                 self._said_final = True
@@ -413,16 +417,16 @@ class StepWatch:
                                    "heals there and the next starts from them, so heals beyond "
                                    "one session's limit add up over runs" % HEAL_FILE_ENV))
             return
-        report = self.shadow.heal(culprit.half_nodes)
+        report = self.shadow.heal(finding.half_nodes)
         self.heals.append(heal)
-        _remember_healed(self.shadow.user_graph, culprit.half_nodes)
+        _remember_healed(self.shadow.user_graph, finding.half_nodes)
         self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
         _logger.warning("tfamp_rewrite: healed: %s now float32 (%d node(s) converted now); the loss "
                         "scale restarts from its initial value" % (
-                            ", ".join(repr(n) for n in culprit.half_nodes), report.nodes_converted))
+                            _some(finding.half_nodes), report.nodes_converted))
 
     def _say_first_skip(self, scale: float, signal, several: bool) -> None:
         if self._said_skip:
@@ -496,14 +500,36 @@ def _runs_collectives(graph) -> bool:
     return any(op.type.startswith("Horovod") for op in graph.get_operations())
 
 
-def _culprit_message(culprit: Culprit, trajectory: str, dtype: str, then: str) -> str:
+MOST_CULPRITS_SAID = 4  # a warning names this many culprits, then counts the others
+
+
+def _finding_message(finding: Finding, trajectory: str, dtype: str, then: str) -> str:
+    culprits = finding.culprits
+    if len(culprits) == 1:
+        cause = "%s, which does not fit %s whatever the loss scale. Keep it" % (
+            _culprit_said(culprits[0]), dtype)
+    else:
+        said = "; ".join(_culprit_said(c) for c in culprits[:MOST_CULPRITS_SAID])
+        if len(culprits) > MOST_CULPRITS_SAID:
+            said += "; and %d more" % (len(culprits) - MOST_CULPRITS_SAID)
+        cause = ("%d tensors that do not fit %s whatever the loss scale, none computed from "
+                 "another's inf/nan: %s. Keep them" % (len(culprits), dtype, said))
+    return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s "
+            "float32 with %s (or nodes_to_exclude=%s); %s." % (
+                trajectory, cause, finding.fix.env, finding.fix.nodes_to_exclude, then))
+
+
+def _culprit_said(culprit: Culprit) -> str:
     largest = "inf/nan" if culprit.max_abs == float("inf") else "%.4g" % culprit.max_abs
     role = "forward value" if culprit.role == "forward" else culprit.role.replace("_", " ")
-    return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s%s "
-            "(%s %r, largest |x| %s), which does not fit %s whatever the loss scale. Keep it "
-            "float32 with %s (or nodes_to_exclude=%s); %s." % (
-                trajectory, "presumably " if culprit.presumed else "", culprit.held_by, role,
-                culprit.tensor, largest, dtype, culprit.fix.env, culprit.fix.nodes_to_exclude, then))
+    return "%s%s (%s %r, largest |x| %s)" % (
+        "presumably " if culprit.presumed else "", culprit.held_by, role, culprit.tensor, largest)
+
+
+def _some(names: List[str], most: int = 12) -> str:
+    """``names`` quoted, the first ``most`` of them, then how many more."""
+    said = ", ".join(repr(n) for n in names[:most])
+    return said if len(names) <= most else "%s and %d more" % (said, len(names) - most)
 
 
 def _is_dynamic(loss_scale) -> bool:
