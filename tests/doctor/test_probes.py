@@ -78,3 +78,29 @@ def test_tensors_inside_a_while_loop_are_not_probed():
     names = {p.node for p in plan.probes}
     assert "outer" in names and not any("inner" in name for name in names)
     assert plan.skipped.get("in a while loop", 0) > 0
+
+
+def test_what_follows_an_inner_cond_inside_a_branch_is_not_probed():
+    """A MatMul after an inner cond's Merge is still in the outer branch: a probe on it
+    fails every run that does not take that branch ("Retval does not have value")."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf1.placeholder(tf.float32, [4, 4], name="x")
+        w = tf.constant(np.eye(4, dtype=np.float32), name="w")
+        hidden = tf.linalg.matmul(x, w, name="hidden")
+        p = tf1.placeholder_with_default(False, [], name="p")
+        q = tf1.placeholder_with_default(False, [], name="q")
+
+        def outer_branch():
+            inner = tf1.cond(q, lambda: hidden * 2.0, lambda: hidden - 1.0)
+            return tf.linalg.matmul(inner, w, name="after_inner_merge")
+
+        out = tf1.cond(p, outer_branch, lambda: tf.identity(hidden))
+        tf.linalg.matmul(out, w, name="outer")
+    plan = plan_of(graph)
+    names = {p.node for p in plan.probes}
+    assert {"hidden", "outer"} <= names and "cond/after_inner_merge" not in names
+    assert plan.skipped.get("in a cond branch", 0) > 0
+    probed = [p.tensor for p in plan.probes]
+    with tf1.Session(graph=graph) as session:  # every probe can be fetched, branch taken or not
+        session.run(probed, {"x:0": np.ones([4, 4], np.float32)})

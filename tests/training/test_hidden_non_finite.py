@@ -13,7 +13,7 @@ from graph_runner import plain_config
 from model_graphs import control_flow_v1
 from tensorflow.core.protobuf import config_pb2
 
-from tfamp_rewrite.training.hidden_non_finite import _in_control_flow
+from tfamp_rewrite.graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
 from tfamp_rewrite.training.session import Session
 
 tf1 = tf.compat.v1
@@ -199,6 +199,12 @@ def test_tf1_loops_and_branches_are_found_from_the_graph_alone(imported):
             tf1.import_graph_def(graph.as_graph_def(), name="")
         graph = imported_graph
     op = graph.get_operation_by_name
+    operations = graph.get_operations()
+    inside = {operations[i] for i in control_flow_of(*tf_graph_inputs(operations))}
+
+    def _in_control_flow(o):
+        return o in inside
+
     assert _in_control_flow(op("while/step_logits")) and _in_control_flow(op("while/in_loop"))
     for outside in ("hidden", "logits", "after_cond", "final_logits", "after_loop"):
         assert not _in_control_flow(op(outside)), outside

@@ -20,10 +20,10 @@ builds it (a name scope ``gradients``, ``gradients_1``, ... seeded by a ``Fill``
                 forward value, which the loss scale does not multiply)
 
 Tensors that cannot be fetched from outside a loop or a branch are not probed: nodes in
-a while loop (reached from ``Enter`` before ``Exit``) or a ``cond`` branch (reached from
-``Switch`` before ``Merge``), and constants (their values are known: the converter checks
-them itself).  ``ProbePlan.skipped`` counts them by reason.  A copy of a probed tensor
-(Identity, Reshape, ...) holds the same values: its readers join that tensor's probe.
+a TF1 while loop or ``cond`` branch, nesting followed exactly (graph_rewrite/control_flow.py),
+and constants (their values are known: the converter checks them itself).
+``ProbePlan.skipped`` counts them by reason.  A copy of a probed tensor (Identity, Reshape,
+...) holds the same values: its readers join that tensor's probe.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from ..dtypes import DT_FLOAT, HALF_DTYPES
+from ..graph_rewrite.control_flow import control_flow_of
 from ..graph_rewrite.graph_view import GraphView
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup
@@ -45,10 +46,6 @@ GRADIENT_ROLES = (ACTIVATION_GRADIENT, WEIGHT_GRADIENT)
 _BACKWARD_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _SEED_OPS = frozenset({"Fill", "OnesLike"})
 _PASS_BACK = frozenset({"Identity", "IdentityN", "AddN", "Snapshot"})
-_LOOP_ENTRIES = frozenset({"Enter", "RefEnter"})
-_LOOP_EXITS = frozenset({"Exit", "RefExit"})
-_BRANCH_ENTRIES = frozenset({"Switch", "RefSwitch"})
-_BRANCH_EXITS = frozenset({"Merge", "RefMerge"})
 _CONSTANTS = frozenset({"Const", "HostConst"})
 # Outputs holding exactly the values of their first input: probed through that input.
 _COPIES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", "Reshape", "Squeeze",
@@ -192,36 +189,10 @@ def _dtype_out(view: GraphView, node: int, port: int) -> int:
     return view.vertex_dtype[view.output_vertex(node, port)]
 
 
-def _control_successors(view: GraphView) -> List[List[int]]:
-    result: List[List[int]] = [[] for _ in view.nodes]
-    for i, sources in enumerate(view.control_inputs):
-        for src in sources:
-            result[src].append(i)
-    return result
-
-
 def _in_control_flow(view: GraphView) -> Dict[int, str]:
     """Nodes whose outputs cannot be fetched from outside: in a while loop or a cond branch."""
-    control = _control_successors(view)
-    result: Dict[int, str] = {}
-
-    def flood(starts, stops, reason):
-        stack = [i for i in starts if i not in result]
-        while stack:
-            i = stack.pop()
-            if i in result:
-                continue
-            result[i] = reason
-            if view.ops[i] in stops:
-                continue
-            for _, dst, _ in view.consumers[i]:
-                if dst not in result and view.ops[dst] not in stops:
-                    stack.append(dst)
-            stack.extend(dst for dst in control[i] if dst not in result and view.ops[dst] not in stops)
-
-    flood([i for i, op in enumerate(view.ops) if op in _LOOP_ENTRIES], _LOOP_EXITS, "in a while loop")
-    flood([i for i, op in enumerate(view.ops) if op in _BRANCH_ENTRIES], _BRANCH_EXITS, "in a cond branch")
-    return result
+    return control_flow_of(view.ops, [[src for src, _ in view.inputs[i]] + list(view.control_inputs[i])
+                                      for i in range(len(view.nodes))])
 
 
 def _roles(view: GraphView, weight_gradients: Iterable[str] = ()) -> Dict[Tuple[int, int], str]:

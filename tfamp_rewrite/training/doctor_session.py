@@ -43,10 +43,7 @@ class ProbedGraph(ShadowGraph):
 
     def _synced(self, graph_def, result) -> None:
         plan = plan_probes(graph_def, result.graph_def, result.report)
-        # The user graph also knows what TF1 built in cond branches (a gradient's Merge
-        # inside tf.cond(..., minimize)), which the GraphDef's plan cannot tell.
-        self.probe_ops.add([p for p in plan.probes
-                            if self.user_graph.is_fetchable(self.user_graph.get_tensor_by_name(p.tensor))])
+        self.probe_ops.add(plan.probes)
         self.doctor.skipped = dict(plan.skipped)
 
 

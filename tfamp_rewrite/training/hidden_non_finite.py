@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
 from .shadow_graph import ancestors, reachable
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
@@ -54,16 +55,18 @@ class HiddenNonFinite:
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
         computed = ancestors(elements, fed_names)
+        operations = sorted(computed, key=lambda o: o.name)
+        inside = {operations[i] for i in control_flow_of(*tf_graph_inputs(operations))}
         half_downstream = reachable(
             [op for op in computed if self.shadow.computes_in_half(op)],
             lambda op: [c for t in op.outputs for c in t.consumers() if c in computed])
         watched = {}
-        for op in sorted(computed, key=lambda o: o.name):
+        for op in operations:
             for index in _hidden_inputs(op):
                 tensor = op.inputs[index]
                 if (tensor.dtype.is_floating and tensor.op in half_downstream
                         and tensor.name not in fed_names and tensor.name not in watched
-                        and not _in_control_flow(tensor.op)):
+                        and tensor.op not in inside):
                     watched[tensor.name] = (tensor, op)
         if not watched:
             return None
@@ -86,45 +89,3 @@ def _hidden_inputs(op) -> Tuple[int, ...]:
     if op.type == "Cast":
         return (0,) if op.inputs[0].dtype.is_floating and not op.outputs[0].dtype.is_floating else ()
     return HIDING_OPS.get(op.type, ())
-
-_LOOP_ENTRY = ("Enter", "RefEnter")
-_LOOP_EXIT = ("Exit", "RefExit")
-_BRANCH_ENTRY = ("Switch", "RefSwitch")
-_BRANCH_EXIT = ("Merge", "RefMerge")
-
-
-def _in_control_flow(op) -> bool:
-    """Whether ``op`` runs inside a TF1 while loop or cond branch, found from the graph alone
-    (an imported GraphDef has no control-flow contexts): walking back along its inputs, an
-    ``Enter`` reached past fewer ``Exit``s than it closes, or a cond's ``Switch`` past fewer
-    ``Merge``s, is the start of a frame or branch that ``op`` lies in."""
-    stack, seen = [(op, 0, 0)], set()
-    while stack:
-        state = stack.pop()
-        if state in seen:
-            continue
-        seen.add(state)
-        node, loops, branches = state
-        if node.type in _LOOP_ENTRY:
-            if loops == 0:
-                return True
-            loops -= 1
-        elif node.type in _LOOP_EXIT:
-            loops += 1
-        elif node.type in _BRANCH_ENTRY and not _is_loop_switch(node):
-            if branches == 0:
-                return True
-            branches -= 1
-        elif node.type in _BRANCH_EXIT and not _is_loop_merge(node):
-            branches += 1
-        for parent in [t.op for t in node.inputs] + list(node.control_inputs):
-            stack.append((parent, loops, branches))
-    return False
-
-
-def _is_loop_switch(op) -> bool:
-    return op.inputs[1].op.type == "LoopCond"
-
-
-def _is_loop_merge(op) -> bool:
-    return any(t.op.type in ("NextIteration", "RefNextIteration") for t in op.inputs)

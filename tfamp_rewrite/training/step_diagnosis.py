@@ -82,8 +82,7 @@ class StepDiagnosis:
     """Probes of one private graph generation (see module docstring)."""
 
     def __init__(self, user_def, rewritten_def, report, private_graph,
-                 private_name: Callable[[str], str], limits: HalfLimits,
-                 fetchable: Callable[[str], bool] = lambda tensor: True):
+                 private_name: Callable[[str], str], limits: HalfLimits):
         self.limits = limits
         self._converted = {d.name for d in report.decisions if d.converted}
         self._decisions = {d.name: d for d in report.decisions}
@@ -97,9 +96,6 @@ class StepDiagnosis:
         held = self._held = {p.tensor for p in probes}
         self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
         probes += [p for p in self._boundaries.values() if p.tensor not in held]
-        # The plan leaves out tensors in loops and cond branches, found from the GraphDef; the
-        # user graph knows more (a gradient's Merge inside a branch: tf.cond(..., minimize)).
-        probes = [p for p in probes if fetchable(p.tensor)]
         order = {name: i for i, name in enumerate(topological_names(user_def))}
         probes.sort(key=lambda p: (order.get(p.node, len(order)), p.tensor))
         self._by_private = {private_name(p.tensor): p for p in probes}

@@ -229,15 +229,6 @@ class StepWatch:
         return {i: tuple(self.shadow.private_fetch(t) for t in _flag_and_scale(signals[i]))
                 for i in self._steps_computed(signals, elements, fed)[0]}
 
-    def _user_fetchable(self, tensor: str) -> bool:
-        """Whether the user graph lets ``tensor`` be fetched (TF1 marks what it builds inside
-        a cond branch or while loop as not fetchable)."""
-        graph = self.shadow.user_graph
-        try:
-            return graph.is_fetchable(graph.get_tensor_by_name(tensor))
-        except (KeyError, ValueError):
-            return False
-
     def _global_step(self):
         """The user graph's global_step in the private graph, or None."""
         import tensorflow as tf
@@ -299,8 +290,7 @@ class StepWatch:
                          "a while)" % self.shadow.dtype)
             user_def, result = self.shadow.half_rewrite()
             self._diagnosis = StepDiagnosis(user_def, result.graph_def, result.report, self.shadow.graph,
-                                            self.shadow.private_name, limits_for(self.shadow.dtype),
-                                            fetchable=self._user_fetchable)
+                                            self.shadow.private_name, limits_for(self.shadow.dtype))
         return self._diagnosis
 
     # -- after it ----------------------------------------------------------------------------
