@@ -18,7 +18,7 @@ from tensorflow.core.protobuf import config_pb2
 import tfamp_rewrite
 from tfamp_rewrite.training import devices, step_watch
 from tfamp_rewrite.training.session import TF_SESSION_CLASSES
-from tfamp_rewrite.training.skip_guard import SkipGuard
+from tfamp_rewrite.training.skip_guard import RECOVERED_AFTER, SkipGuard
 
 tf1 = tf.compat.v1
 INITIAL_SCALE = 2.0 ** 15
@@ -32,6 +32,7 @@ def emulated_cpu_amp(monkeypatch):
     monkeypatch.delenv(step_watch.HEAL_FILE_ENV, raising=False)
     monkeypatch.setattr(devices, "_logged", set())
     monkeypatch.setattr(step_watch, "_said_probing", False)
+    monkeypatch.setattr(step_watch, "_said_heal_file_hint", False)
 
 
 # -- the guard's rule ---------------------------------------------------------------------
@@ -41,7 +42,8 @@ def test_a_scale_that_starts_too_high_falls_without_a_diagnosis():
     for scale in (2.0 ** 15, 2.0 ** 14, 2.0 ** 13):
         guard.observe(scale, applied=False)
     assert not guard.diagnosis_due
-    guard.observe(2.0 ** 12, applied=True)
+    for _ in range(RECOVERED_AFTER):
+        guard.observe(2.0 ** 12, applied=True)
     assert guard.episode is None and not guard.diagnosis_due
 
 
@@ -66,14 +68,33 @@ def test_a_fall_of_2_to_the_8_is_diagnosed_once_and_the_floor_once_more():
     assert guard.episode.trajectory() == expected
 
 
-def test_an_applied_step_hands_back_the_episode_it_ended():
+def test_steps_applied_in_a_row_end_the_episode_and_hand_it_back():
     guard = SkipGuard(min_loss_scale=1.0, fall_log2=2)
     assert guard.observe(2.0 ** 15, applied=True) is None
     for scale in (2.0 ** 15, 2.0 ** 14, 2.0 ** 13):
         assert guard.observe(scale, applied=False) is None
+    for _ in range(RECOVERED_AFTER - 1):
+        assert guard.observe(2.0 ** 12, applied=True) is None
     ended = guard.observe(2.0 ** 12, applied=True)
     assert ended.skipped == 3 and guard.fell_far(ended, min(ended.scales))
-    assert guard.episode is None
+    assert guard.episode is None and "(3 skipped steps)" in ended.trajectory()
+
+
+def test_batches_that_overflow_now_and_then_keep_one_episode_falling():
+    """Every other batch skipped: the applied ones between do not end the episode, so its
+    fall adds up to a diagnosis, which waits for a skipped step to carry the probes."""
+    guard = SkipGuard(min_loss_scale=1.0)
+    scale = 2.0 ** 15
+    for _ in range(8):
+        guard.observe(scale, applied=False)
+        scale /= 2
+        assert guard.observe(scale, applied=True) is None
+    assert not guard.diagnosis_due
+    guard.observe(scale, applied=False)                      # 2**7: fallen by 2**8
+    assert guard.diagnosis_due
+    guard.observe(scale / 2, applied=True)
+    assert guard.diagnosis_due                               # still due: it applied
+    assert "(9 skipped steps, 8 applied between them)" in guard.episode.trajectory()
 
 
 def test_after_a_heal_the_first_skip_is_diagnosed_at_once():
@@ -158,6 +179,9 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     assert session.rewrite_reports[-1].decision("logits").dtype == "float32"
     # building the probes, a wait on a large graph, is said before the first diagnosis, once
     assert len([r for r in caplog.records if "adding range probes" in r.getMessage()]) == 1
+    # without a heal file, the heal says how other processes (evaluation, serving) start healed
+    (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
+    assert "TFAMP_REWRITE_HEAL_FILE=path set in both" in healed
 
 
 def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_stops(caplog):
@@ -254,17 +278,46 @@ def test_a_model_whose_right_scale_is_low_skips_its_first_steps_without_a_diagno
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=parts["graph"]) as session:
             session.run(parts["init"])
-            train(parts, session, 16)
+            train(parts, session, 24)
             applied = session.run(parts["global_step"])
             settled = session.run(parts["scale"])
-    assert 0 < applied < 16 - 8                              # more than 2**8 of fall, then applied
+    assert 8 <= applied < 24 - 8                             # more than 2**8 of fall, then applied
     assert culprit_messages(caplog) == [] and session.heals == []
     said = [r for r in caplog.records if "skipped" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.INFO, logging.WARNING]
     assert "a training step was skipped" in said[0].getMessage() and "32768" in said[0].getMessage()
-    skipped = 16 - applied
-    assert "(%d skipped steps), then a step applied at %g" % (skipped, settled) in said[1].getMessage()
+    skipped = 24 - applied
+    assert "(%d skipped steps), then steps applied at %g" % (skipped, settled) in said[1].getMessage()
     assert "DynamicLossScale(initial_loss_scale=%g)" % settled in said[1].getMessage()
+
+
+def test_outlier_batches_every_other_step_are_diagnosed_and_healed(caplog):
+    """Inputs of 3e5 in every other batch overflow the half MatMul: those steps skip, the
+    ones between apply, and the scale sinks to its floor.  The applied steps do not hide it:
+    the skips are diagnosed on a skipped step, healed, and then every step applies."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [16, 8], name="x")
+        y = tf1.placeholder(tf.float32, [16, 1], name="y")
+        w = tf1.get_variable("w", initializer=tf1.random_normal([8, 1], stddev=0.1, seed=1))
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w, name="pred") - y))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-12), "dynamic")
+        step = tf1.train.get_or_create_global_step()
+        train_op = opt.minimize(loss, global_step=step)
+        init = tf1.global_variables_initializer()
+    applied = []
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for i in range(80):
+                xs = rng.standard_normal([16, 8]).astype(np.float32) * (3e5 if i % 2 else 1.0)
+                before = session.run(step)
+                session.run(train_op, {x: xs, y: xs[:, :1]})
+                applied.append(session.run(step) > before)
+    assert session.heals and "pred" in session.heals[0].nodes
+    assert "applied between them" in culprit_messages(caplog)[0]
+    assert all(applied[-20:])                                # outlier batches apply too
 
 
 def test_a_scale_that_falls_a_few_steps_is_said_once_at_info_only(caplog):

@@ -1,17 +1,20 @@
 """When a run of skipped steps is worth a diagnosis: ``SkipGuard``, per loss-scaled train op.
 
 A skipped step is a loss-scaled step whose gradients were not all finite.  An *episode* is a
-run of skipped steps since the last applied one.  Dynamic loss scaling halves the scale at
-each skip, so a scale that starts too high falls a few steps and recovers; a tensor that is
-inf or beyond the half range whatever the scale makes every step skip until the scale sits
-at its floor, and training freezes.  The guard::
+stretch of skipped steps that ends once ``RECOVERED_AFTER`` steps in a row have applied.
+Dynamic loss scaling halves the scale at each skip, so a scale that starts too high falls a
+few steps and recovers; a tensor that is inf or beyond the half range whatever the scale
+makes every step skip until the scale sits at its floor, and training freezes -- or, where
+only some batches overflow (outliers every other batch), every such batch is skipped for
+good while the others apply, and the scale sinks to its floor all the same.  The guard::
 
     observe(scale, applied):
-        applied:  the episode (if any) ends
+        applied:  counted; the RECOVERED_AFTER-th in a row ends the episode (if any)
         skipped:  record scale in the episode's trajectory
-                  due = scale fell by 2**fall_log2 since the last applied step, or the
+                  due = scale fell by 2**fall_log2 since the episode began, or the
                         scale sits at min_loss_scale
-    a due episode is diagnosed on the next step (``diagnosis_due``); a diagnosis that names
+    a due episode is diagnosed on the next skipped step (``diagnosis_due``: the probes ride
+    each step until one skips, as only a skipped one shows the culprit); a diagnosis that names
     no culprit above the floor waits for the floor (gradients may overflow only because the
     scale is still too high), and one at the floor that names none says so, once.
     ``observe`` hands back the episode an applied step ends: the session says once when a
@@ -27,14 +30,20 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 DEFAULT_FALL_LOG2 = 8
+# Applied steps in a row that end an episode: a scale that started too high recovers for
+# good, where batches that overflow now and then keep the episode (and its fall) going.
+RECOVERED_AFTER = 8
 
 
 @dataclass
 class Episode:
-    """A run of skipped steps: the scale of the first (the last applied step's) and of each."""
+    """A stretch of skipped steps: the scale of the first (the last applied step's) and of
+    each, and how many steps applied among them."""
 
     start_scale: float
     scales: List[float] = field(default_factory=list)
+    applied: int = 0                    # steps applied since the first skip
+    applied_in_a_row: int = 0           # ... since the last skip
     diagnosed_after_fall: bool = False  # a diagnosis ran once the scale had fallen far enough
     diagnosed_at_floor: bool = False    # a diagnosis ran with the scale at its floor
     named: bool = False                 # a culprit was named (the warning is given once)
@@ -48,7 +57,9 @@ class Episode:
         values = self.scales
         shown = values if len(values) <= 8 else values[:4] + [None] + values[-3:]
         text = " -> ".join("..." if v is None else "%g" % v for v in shown)
-        return "%s (%d skipped step%s)" % (text, self.skipped, "" if self.skipped == 1 else "s")
+        between = self.applied - self.applied_in_a_row
+        return "%s (%d skipped step%s%s)" % (text, self.skipped, "" if self.skipped == 1 else "s",
+                                             ", %d applied between them" % between if between else "")
 
 
 class SkipGuard:
@@ -64,13 +75,19 @@ class SkipGuard:
     def observe(self, scale: float, applied: bool) -> Optional[Episode]:
         """Records one step: the scale it used and whether its update was applied.  Returns
         the episode an applied step ended, if any."""
-        if applied:
-            ended = self.episode
-            self.restart()
-            return ended
-        if self.episode is None:
-            self.episode = Episode(start_scale=float(scale))
         episode = self.episode
+        if applied:
+            if episode is None:
+                return None
+            episode.applied += 1
+            episode.applied_in_a_row += 1
+            if episode.applied_in_a_row < RECOVERED_AFTER:
+                return None
+            self.restart()
+            return episode
+        if episode is None:
+            episode = self.episode = Episode(start_scale=float(scale))
+        episode.applied_in_a_row = 0
         episode.scales.append(float(scale))
         if episode.named:
             return None
@@ -106,6 +123,6 @@ class SkipGuard:
             self.episode.named = self.episode.named or named
 
     def restart(self, after_heal: bool = False) -> None:
-        """Forgets the episode (a step was applied, or a heal restarted the scale)."""
+        """Forgets the episode (steps applied again, or a heal restarted the scale)."""
         self.episode, self._due = None, False
         self._after_heal = after_heal

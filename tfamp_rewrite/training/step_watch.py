@@ -105,6 +105,7 @@ HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
 DEFAULT_MAX_HEALS = 16
 _logger = logging.getLogger("tfamp_rewrite")
 _said_probing = False  # building the probes is said once per process
+_said_heal_file_hint = False  # how other processes start healed: said once per process
 
 
 @dataclass
@@ -322,10 +323,10 @@ class StepWatch:
         """Names (and heals) a culprit the run's probes show, for each guard that asked;
         weights holding inf/nan come first, as nothing else is to blame then."""
         counts, extrema = extra_values["probes"]
-        for i, (_, scale) in extra_values["steps"].items():
+        for i, (all_finite, scale) in extra_values["steps"].items():
             guard = self._guard(signals[i])
-            if not guard.diagnosis_due:
-                continue
+            if not guard.diagnosis_due or bool(all_finite):
+                continue  # an applied step shows no culprit: the next run carries the probes again
             nonfinite = self._nonfinite_variables(run_private)
             if nonfinite:
                 guard.diagnosed(named=True)
@@ -415,8 +416,18 @@ class StepWatch:
             each.restart(after_heal=True)
         self._write_heal_file()
         _logger.warning("tfamp_rewrite: healed: %s now float32 (%d node(s) converted now); the loss "
-                        "scale restarts from its initial value" % (
-                            _some(finding.half_nodes), report.nodes_converted))
+                        "scale restarts from its initial value%s" % (
+                            _some(finding.half_nodes), report.nodes_converted, self._heal_file_hint()))
+
+    def _heal_file_hint(self) -> str:
+        """Once per process, without a heal file: how other processes start healed."""
+        global _said_heal_file_hint
+        if self.heal_file or _said_heal_file_hint:
+            return ""
+        _said_heal_file_hint = True
+        return (". Later sessions of this process start healed; another process (an evaluation, a "
+                "SavedModel served under mixed precision, the next training run) does so only with "
+                "%s=path set in both, which this one then writes (said once)" % HEAL_FILE_ENV)
 
     def _say_first_skip(self, scale: float, signal, several: bool) -> None:
         if self._said_skip:
@@ -436,7 +447,7 @@ class StepWatch:
         self._said_settled = True
         _logger.warning(
             "tfamp_rewrite: training steps were skipped until the loss scale fell far enough: %s, "
-            "then a step applied at %g; the optimizer applied no update in the skipped steps. No "
+            "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
             "tensor stayed out of %s range at the lower scales, so nothing is kept float32: the "
             "gradients are large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
             "initial_loss_scale=%g)) starts where this run settled (said once)"
