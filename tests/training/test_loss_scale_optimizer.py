@@ -592,6 +592,7 @@ def test_tf_gradients_users_scale_with_get_scaled_loss_and_are_warned_without(mo
     assert np.all(change == 0.0)                             # flushed to zero in float16
     (warning,) = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
     assert "get_scaled_loss" in warning and "get_unscaled_gradients" in warning
+    assert "with several optimizers, each its own" in warning
 
 
 @pytest.mark.parametrize("scaled", [True, False], ids=["compute_gradients", "tf_gradients"])
@@ -615,6 +616,36 @@ def test_gradients_accumulated_in_variables_are_judged_by_where_they_came_from(m
             opt.apply_gradients([(accumulator / 4.0, w)])
     warnings = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
     assert len(warnings) == (0 if scaled else 1), warnings
+
+
+@pytest.mark.parametrize("source", ["numpy", "compute_gradients", "tf_gradients"])
+def test_fed_gradients_are_warned_about_only_where_the_graph_computes_unscaled_ones(
+        monkeypatch, caplog, source):
+    """Gradients fed through placeholders (policy-gradient buffers, an evolution strategy's
+    estimate) come from no loss in the applying run.  Fed from numpy or from a loss-scaled
+    compute_gradients they are fine; where the graph computes tf.gradients of an unscaled
+    loss, that is what flushed in float16, and one warning says so."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 2.0])
+        loss = tf.reduce_sum(tf.square(w))
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1))
+        if source == "compute_gradients":
+            opt.compute_gradients(loss, [w])
+        elif source == "tf_gradients":
+            tf1.gradients(loss, [w])
+        fed = tf1.placeholder(tf.float32, [2], name="fed_gradient")
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            opt.apply_gradients([(fed, w)])
+    said = [r.getMessage() for r in caplog.records if "apply_gradients got gradients" in r.getMessage()]
+    if source == "tf_gradients":
+        (warning,) = said
+        assert "fed from outside the graph" in warning and "('gradients')" in warning
+    else:
+        assert said == []
 
 
 def test_a_float64_variable_is_unscaled_in_float64_and_skipped_with_the_rest():

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import threading
 
 import tensorflow as tf
@@ -198,6 +199,9 @@ def _depends_on_any(tensors, ops, through_variables=True) -> bool:
 
 
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+# Where tf.gradients seeds its backprop with ones: "gradients/grad_ys_0", "gradients_1/grad_ys_0".
+_GRADIENT_SEED = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+$")
+_BACKPROP = re.compile(r"(^|/)gradients(_\d+)?/")  # the ops tf.gradients adds
 # Ops that write a variable from a value: Assign, AssignAdd, AssignSub, their resource forms
 # (AssignVariableOp, ...) and the scatters.  Optimizers' Apply* ops are left out: a weight an
 # optimizer updates does not make the loss computed from it scaled.
@@ -473,12 +477,37 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             all_finite = _tf.logical_and(all_finite, checked.all_finite)
         return all_finite
 
+    def _warn_if_fed_from_unscaled_gradients(self, graph) -> None:
+        """Gradients fed in (placeholders; computed by no tf.gradients): said once where the
+        graph also computes ``tf.gradients`` of a loss no scale multiplied -- what a policy
+        gradient's buffers are filled from, run by run.  Fed from a loss-scaled
+        ``compute_gradients``, or from numpy (an evolution strategy), is fine."""
+        scales = {t.op for t in _tf.get_collection(LOSS_SCALE_COLLECTION)} | self._scales_handed_out
+        operations = graph.get_operations()
+        scopes = {op.name[:op.name.rindex("/grad_ys_")] for op in operations
+                  if _GRADIENT_SEED.search(op.name)}
+        unscaled = [scope for scope in sorted(scopes) if not _depends_on_any(
+            [t for op in operations if op.name.startswith(scope + "/") for t in op.outputs],
+            scales, through_variables=False)]
+        if unscaled:
+            log_once(
+                "tfamp_rewrite: apply_gradients got gradients fed from outside the graph, and the "
+                "graph computes tf.gradients of a loss no loss scale multiplied (%r): if those are "
+                "what is fed, small float16 gradients flushed to zero there, before any loss "
+                "scaling. Compute them with opt.compute_gradients(loss) and feed those instead."
+                % unscaled[0])
+
     def _warn_if_unscaled(self, grads) -> None:
         """Says once that ``grads`` were computed from a loss no scale multiplied."""
         tensors = _tensors_of(grads)
         if not tensors or _taken_from_accumulators(grads):  # accumulated: scaled upstream, elsewhere
             return
         if _depends_on_any(tensors, self._scales_handed_out):
+            return
+        graph = tensors[0].graph
+        backprop = {op for op in graph.get_operations() if _BACKPROP.search(op.name)}
+        if not _depends_on_any(tensors, backprop):  # through accumulators' writers too
+            self._warn_if_fed_from_unscaled_gradients(graph)
             return
         others = {t.op for t in _tf.get_collection(LOSS_SCALE_COLLECTION)} - self._scales_handed_out
         if others and _depends_on_any(tensors, others):
@@ -492,8 +521,10 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss "
             "(tf.gradients(loss, ...) rather than compute_gradients), so loss scaling cannot "
             "keep small float16 gradients from flushing to zero; only non-finite steps are "
-            "skipped. Use opt.compute_gradients(loss), or with a LossScaleOptimizer "
-            "grads = opt.get_unscaled_gradients(tf.gradients(opt.get_scaled_loss(loss), vars)).")
+            "skipped. Use opt.compute_gradients(loss) (with several optimizers, each its own: "
+            "opt.compute_gradients(loss, var_list=the variables it applies)), or with a "
+            "LossScaleOptimizer grads = opt.get_unscaled_gradients(tf.gradients("
+            "opt.get_scaled_loss(loss), vars)).")
 
     def get_slot(self, var, name):
         return self._optimizer.get_slot(var, name)
