@@ -218,6 +218,32 @@ def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_sto
     assert not culprit_messages(caplog) or all("own weights" in m for m in culprit_messages(caplog))
 
 
+def test_a_step_fed_inf_is_said_to_be_fed_it_and_nothing_is_healed(caplog):
+    """A DQN's TD target computed by a run of its target network and fed back: when it holds
+    inf, every step skips.  No half node is to blame, and a float32 node turning inf from it
+    is its victim, not a presumed culprit: the warning names the fed tensor."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 4], name="x")
+        target = tf1.placeholder(tf.float32, [8], name="target")
+        w = tf1.get_variable("w", initializer=tf1.random_normal([4, 1], stddev=0.1, seed=1))
+        q = tf.reshape(tf.matmul(x, w, name="q"), [-1])
+        loss = tf.reduce_mean(tf.square(target - q))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: np.ones([8, 4], np.float32), target: np.full([8], np.inf, np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(20):
+                session.run(train_op, feed)
+    said = [r.getMessage() for r in caplog.records if "because the run was fed inf/nan" in r.getMessage()]
+    assert len(said) == 1 and "'target:0' holds inf/nan" in said[0]
+    assert session.heals == [] and culprit_messages(caplog) == said
+    assert "every step is skipped" not in caplog.text          # not 'nothing found'
+
+
 def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     """-log(1 - sigmoid(40)) is log(0) in float32 too: the half nodes upstream of the float32
     Log are only presumed to blame, and the warning says so."""

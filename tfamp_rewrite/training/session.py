@@ -211,7 +211,7 @@ class _RewritingSession:
         values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
                                               elements, fed)
         if watched is not None:
-            self._watch.after_run(extra_values, probe_ids, self._run_private)
+            self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
                         hidden, extra_values.get("hidden"))
         return values

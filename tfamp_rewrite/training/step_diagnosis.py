@@ -115,12 +115,13 @@ class StepDiagnosis:
                         and self.ops.probes[i].node in self._converted)
         return ids, (self.ops.fetches(ids) if ids else None)
 
-    def find(self, ids: Tuple[int, ...], counts, extrema, scale: float,
-             at_floor: bool) -> Optional[Finding]:
-        """The culprits of the probed step, or None when it has none (module docstring)."""
+    def find(self, ids: Tuple[int, ...], counts, extrema, scale: float, at_floor: bool,
+             nonfinite_inputs: Sequence[str] = ()) -> Optional[Finding]:
+        """The culprits of the probed step, or None when it has none (module docstring).
+        ``nonfinite_inputs``: tensors the run was fed inf/nan in; what reads them is a victim."""
         counts, extrema = np.asarray(counts), np.asarray(extrema)
         culprits: List[Culprit] = []
-        nonfinite: Dict[str, bool] = {}
+        nonfinite: Dict[str, bool] = {name: True for name in nonfinite_inputs}
         for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
             probe = self._by_private[self.ops.probes[probe_id].tensor]
             if any(self._tainted(t, nonfinite) for t in self._inputs.get(probe.node, ())):

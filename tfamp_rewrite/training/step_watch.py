@@ -183,6 +183,7 @@ class StepWatch:
         self._said_skip = False     # the first skipped step is said once (INFO)
         self._said_settled = False  # a long episode ended without a culprit: said once
         self._said_variables = False  # weights holding inf/nan: said once
+        self._said_feeds = False      # fed values holding inf/nan: said once
         self._said_unwatched = False  # steps inside TF1 control flow: said once
 
     # -- before a run ----------------------------------------------------------------------
@@ -295,11 +296,12 @@ class StepWatch:
         return self._diagnosis
 
     # -- after it ----------------------------------------------------------------------------
-    def after_run(self, extra_values: dict, ids, run_private) -> None:
+    def after_run(self, extra_values: dict, ids, run_private, feeds=None) -> None:
         """Records the run's steps; names and heals a culprit its probes (``ids``) found.
 
         ``run_private(fetches)`` runs private-graph fetches (no feeds) and returns their
         values: the weights' finite checks, and the loss scales' initializers after a heal.
+        ``feeds``: the run's feed dict (private graph), looked at when a diagnosis is due.
         """
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
@@ -314,14 +316,14 @@ class StepWatch:
             if self.monitor is not None and steps:
                 self._sample(dict(extra_values, steps=steps), ids)
             if "probes" in extra_values and steps:
-                self._diagnose(dict(extra_values, steps=steps), ids, signals, run_private)
+                self._diagnose(dict(extra_values, steps=steps), ids, signals, run_private, feeds)
             skipped = [i for i, (finite, _) in steps.items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
             _record_step_run(self.shadow.user_graph if recovering else None)
 
-    def _diagnose(self, extra_values: dict, ids, signals, run_private) -> None:
+    def _diagnose(self, extra_values: dict, ids, signals, run_private, feeds=None) -> None:
         """Names (and heals) a culprit the run's probes show, for each guard that asked;
-        weights holding inf/nan come first, as nothing else is to blame then."""
+        weights or fed values holding inf/nan come first, as nothing else is to blame then."""
         counts, extrema = extra_values["probes"]
         for i, (all_finite, scale) in extra_values["steps"].items():
             guard = self._guard(signals[i])
@@ -332,12 +334,17 @@ class StepWatch:
                 guard.diagnosed(named=True)
                 self._say_variables_not_finite(nonfinite, guard)
                 continue
-            finding = self._diagnosis_now().find(ids, counts, extrema, float(scale), guard.at_floor)
-            guard.diagnosed(named=finding is not None)
+            # a fed inf/nan is no culprit's doing, and what reads it is its victim
+            fed = [self.shadow.user_name(name) for name in _nonfinite_feeds(feeds)]
+            finding = self._diagnosis_now().find(ids, counts, extrema, float(scale), guard.at_floor,
+                                                 nonfinite_inputs=fed)
+            guard.diagnosed(named=finding is not None or bool(fed))
             if finding is not None:
                 self._named(finding, guard, signals, run_private)
                 return
-            if guard.at_floor:
+            if fed:
+                self._say_feeds_not_finite(fed, guard)
+            elif guard.at_floor:
                 self._nothing_found(guard)
 
     @staticmethod
@@ -467,6 +474,20 @@ class StepWatch:
                 guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3]),
                 " (and %d more)" % (len(names) - 3) if len(names) > 3 else ""))
 
+    def _say_feeds_not_finite(self, names: List[str], guard: SkipGuard) -> None:
+        if self._said_feeds:
+            return
+        self._said_feeds = True
+        _logger.warning(
+            "tfamp_rewrite: training steps are being skipped (loss scale %s) because the run was "
+            "fed inf/nan: %s holds inf/nan, so the step's loss is not finite in float32 either "
+            "and no loss scale or float32 node can undo it: nothing is healed. Look at where the "
+            "fed value came from; one an earlier run returned (a target network's Q values, a "
+            "model's own predictions) may have overflowed in float16 there, in a run that "
+            "computes no loss-scaled step and is never healed: keep that run's overflowing node "
+            "float32 (tfamp-rewrite doctor names it)" % (
+                guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3])))
+
     def _nothing_found(self, guard: SkipGuard) -> None:
         _logger.warning(
             "tfamp_rewrite: every step is skipped (loss scale %s) and no half tensor the step "
@@ -494,6 +515,19 @@ class StepWatch:
             os.unlink(temporary)
             _logger.warning("tfamp_rewrite: cannot write %s=%s (%s); the heals stay in this session"
                             % (HEAL_FILE_ENV, self.heal_file, error.strerror))
+
+
+def _nonfinite_feeds(feeds) -> List[str]:
+    """The names of the floating tensors in ``feeds`` (a run's feed dict) fed inf or nan."""
+    import numpy as np
+
+    names = []
+    for key, value in (feeds or {}).items():
+        array = np.asarray(value) if not hasattr(value, "dtype") else value
+        if getattr(array, "dtype", None) is not None and np.issubdtype(array.dtype, np.floating) \
+                and not np.isfinite(array).all():
+            names.append(getattr(key, "name", str(key)))
+    return names
 
 
 def _runs_collectives(graph) -> bool:
