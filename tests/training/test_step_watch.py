@@ -244,6 +244,45 @@ def test_a_step_fed_inf_is_said_to_be_fed_it_and_nothing_is_healed(caplog):
     assert "every step is skipped" not in caplog.text          # not 'nothing found'
 
 
+def test_a_write_of_a_skipped_steps_gradients_is_said_before_and_after(monkeypatch, caplog):
+    """SAM's perturbation w += rho * g / |g|, g from the loss-scaled compute_gradients: the
+    first run that computes it says it writes a skipped step's inf/nan into w, and when the
+    weights hold it, the warning names that write, not 'mixed precision did not cause it'.
+    It is loss-scaled: no 'trains without loss scaling' warning."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    rng = np.random.RandomState(0)
+    inputs = rng.standard_normal([64, 16]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [64, 16], name="x")
+        y = tf1.placeholder(tf.float32, [64, 1], name="y")
+        w = tf1.get_variable("w", [16, 1], initializer=tf1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01), "dynamic")
+        ((g, _),) = opt.compute_gradients(loss, [w])
+        perturbation = 0.05 * g / (tf.norm(g) + 1e-12)
+        with tf.control_dependencies([tf1.assign_add(w, perturbation, name="perturb")]):
+            ((g_adv, _),) = opt.compute_gradients(tf.identity(loss), [w])
+        with tf.control_dependencies([g_adv]):
+            restore = tf1.assign_sub(w, perturbation, name="restore")
+        with tf.control_dependencies([restore]):
+            train_op = opt.apply_gradients([(tf.identity(g_adv), w)])
+        init = tf1.global_variables_initializer()
+    feed = {x: inputs, y: inputs @ rng.standard_normal([16, 1]).astype(np.float32) * 30}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(16):
+                session.run(train_op, feed)
+    (before,) = [r.getMessage() for r in caplog.records if "without waiting on" in r.getMessage()]
+    assert "writes to trainable variable 'w'" in before and "tf.math.is_finite(g)" in before
+    (after,) = [r.getMessage() for r in caplog.records if "own weights are not finite" in r.getMessage()]
+    assert "wrote a skipped step's inf/nan gradients into 'w'" in after
+    assert "did not cause it" not in after and "without loss scaling" not in caplog.text
+
+
 def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     """-log(1 - sigmoid(40)) is log(0) in float32 too: the half nodes upstream of the float32
     Log are only presumed to blame, and the warning says so."""

@@ -39,6 +39,7 @@ from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, Finding, StepDiagnosis
 from .step_signals import step_signals
+from .unscaled_training import unguarded_writes
 from .variable_check import VariableCheck
 
 # Per thread: how many runs computed a loss-scaled step, and whether the last of them skipped
@@ -464,15 +465,23 @@ class StepWatch:
         if self._said_variables:
             return
         self._said_variables = True
+        writers = {variable: write for write, variable in
+                   unguarded_writes(self.shadow.user_graph).items() if variable in names}
+        if writers:
+            variable, write = next(iter(writers.items()))
+            cause = ("%r wrote a skipped step's inf/nan gradients into %r (said when it first "
+                     "ran): compute it from finite gradients only" % (write, variable))
+        else:
+            cause = ("Mixed precision did not cause it. Look at where the weights diverged (a "
+                     "checkpoint restored from a run that diverged, an assignment, or a float32 "
+                     "update that overflowed)")
         _logger.warning(
             "tfamp_rewrite: training steps are being skipped (loss scale %s) because the model's "
             "own weights are not finite: trainable variable %s holds inf/nan%s, so the forward "
-            "pass is not finite in float32 either. Mixed precision did not cause it, and no loss "
-            "scale or float32 node can undo it: nothing is healed. Look at where the weights "
-            "diverged (a checkpoint restored from a run that diverged, an assignment, or a "
-            "float32 update that overflowed)" % (
+            "pass is not finite in float32 either, and no loss scale or float32 node can undo "
+            "it: nothing is healed. %s" % (
                 guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3]),
-                " (and %d more)" % (len(names) - 3) if len(names) > 3 else ""))
+                " (and %d more)" % (len(names) - 3) if len(names) > 3 else "", cause))
 
     def _say_feeds_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_feeds:

@@ -8,6 +8,12 @@ it switched off, a subclass whose own ``apply_gradients`` assigns the new values
 where values below float16's smallest subnormal (6e-8) flush to zero.  It still trains, so nothing fails; the
 session says it once, at the first run that computes such an update (a graph loaded only to
 serve, whose train op never runs, is not trained and is not warned about).
+
+An assignment to a trainable variable of a value computed from a loss-scaled step's
+gradients, that does not wait on the step's finite flag (SAM's weight perturbation
+``w += rho * g / |g|``), is loss-scaled, but writes the inf/nan of a skipped step's
+gradients into the variable for good: ``unguarded_writes`` finds them, and the first run
+that computes one says so once.
 """
 from __future__ import annotations
 
@@ -56,9 +62,32 @@ def unscaled_updates(graph, dtype: str) -> List:
                                                 if _GRADIENT_SCOPE.search(op.name)])
         updates.extend(op for op in assigns if op in from_gradients)
     if signals and updates:
-        scaled = _downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph])
+        scaled = _downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph]
+                                + _loss_scale_variables(graph, signals))
         updates = [op for op in updates if op not in scaled]
     return updates
+
+
+def unguarded_writes(graph) -> Dict[str, str]:
+    """``{assign op name: variable name}``: assignments to trainable variables of values
+    computed from a loss-scaled step's gradients that do not wait on its finite flag."""
+    signals = [s for s in step_signals(graph) if s.all_finite.graph is graph]
+    if not signals:
+        return {}
+    trainable = {v.op.name for v in graph.get_collection("trainable_variables")}
+    assigns = [op for op in graph.get_operations()
+               if op.type in _ASSIGN_OPS and op.inputs[0].op.name in trainable]
+    if not assigns:
+        return {}
+    from_gradients = _downstream_of(graph, _loss_scale_variables(graph, signals))
+    guarded = _downstream_of(graph, [s.all_finite.op for s in signals])
+    return {op.name: op.inputs[0].op.name for op in assigns
+            if op in from_gradients and op not in guarded and not _UPDATE_OP.match(op.type)}
+
+
+def _loss_scale_variables(graph, signals) -> List:
+    """The loss scales' variable ops: what a loss-scaled step's gradients are computed from."""
+    return [v.op for s in signals for v in s.loss_scale.variables() if v.op.graph is graph]
 
 
 def _downstream_of(graph, ops) -> set:
@@ -77,27 +106,38 @@ class UnscaledTrainingWatch:
 
     def __init__(self):
         self._updates: Dict[str, str] = {}     # update op name -> op type
+        self._unguarded: Dict[str, str] = {}   # assign op name -> variable name
         self._version = None
         self._checked: set = set()             # fetch sets already found to compute none
         self._said = False
+        self._said_unguarded = False
 
     def graph_changed(self, graph, dtype: str) -> None:
-        if self._said or graph.version == self._version:
+        if graph.version == self._version:
             return
         self._version = graph.version
-        self._updates = {op.name: op.type for op in unscaled_updates(graph, dtype)}
+        self._updates = {} if self._said else {op.name: op.type for op in unscaled_updates(graph, dtype)}
+        self._unguarded = {} if self._said_unguarded else unguarded_writes(graph)
         self._checked.clear()
 
     def before_run(self, elements) -> None:
         """``elements``: the run's fetches in the graph it runs (the update ops keep their names)."""
-        if self._said or not self._updates:
+        watched = {**(self._updates if not self._said else {}),
+                   **(self._unguarded if not self._said_unguarded else {})}
+        if not watched:
             return
         key = frozenset(getattr(e, "name", str(e)) for e in elements)
         if key in self._checked:
             return
-        computed = sorted({op.name for op in ancestors(elements)} & self._updates.keys())
+        computed = {op.name for op in ancestors(elements)}
+        unguarded = sorted(computed & self._unguarded.keys()) if not self._said_unguarded else []
+        if unguarded:
+            self._said_unguarded = True
+            self._say_unguarded(unguarded)
+        computed = sorted(computed & self._updates.keys()) if not self._said else []
         if not computed:
-            self._checked.add(key)
+            if not unguarded:
+                self._checked.add(key)
             return
         self._said = True
         log_once(
@@ -110,4 +150,14 @@ class UnscaledTrainingWatch:
                " and take the gradients from its compute_gradients (an optimizer whose own "
                "apply_gradients assigns the new values, as BERT's does, is not wrapped "
                "automatically)" if self._updates[computed[0]] in _ASSIGN_OPS else ""))
+
+    def _say_unguarded(self, names: List[str]) -> None:
+        log_once(
+            "tfamp_rewrite: %r writes to trainable variable %r a value computed from loss-scaled "
+            "gradients, without waiting on the step's finite flag: on a skipped step those "
+            "gradients are inf/nan, and it writes them into the variable for good (the skip "
+            "guards only apply_gradients)%s. Compute the value from finite gradients only, e.g. "
+            "g = tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)) (the step is skipped "
+            "anyway)." % (names[0], self._unguarded[names[0]],
+                          " -- and %d more such write(s)" % (len(names) - 1) if len(names) > 1 else ""))
 
