@@ -648,6 +648,34 @@ def test_fed_gradients_are_warned_about_only_where_the_graph_computes_unscaled_o
         assert said == []
 
 
+@pytest.mark.parametrize("model", ["clipped_in_custom_gradient", "clipped_in_forward"])
+def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch, caplog, model):
+    """A custom gradient that clips dy to +-0.1 clips the scaled gradient: one warning.  A
+    forward clip_by_value, relu6 and a Huber loss differentiate through selects: none."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+
+    @tf.custom_gradient
+    def clip_gradient(value):
+        return tf.identity(value), lambda dy: tf.clip_by_value(dy, -0.1, 0.1)
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 4], name="x")
+        w = tf1.get_variable("w", [4, 1])
+        pred = tf.matmul(x, w)
+        if model == "clipped_in_custom_gradient":
+            pred = clip_gradient(pred)
+        else:
+            pred = tf.nn.relu6(tf.clip_by_value(pred, -5.0, 5.0))
+        loss = tf1.losses.huber_loss(tf.ones([8, 1]), pred)
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    said = [r.getMessage() for r in caplog.records if "clips values to constant bounds" in r.getMessage()]
+    assert len(said) == (1 if model == "clipped_in_custom_gradient" else 0), said
+
+
 def test_a_float64_variable_is_unscaled_in_float64_and_skipped_with_the_rest():
     """The fused op takes half, float and bfloat16 gradients; a user's float64 variable gets
     its gradient unscaled in float64 and its finite flag joined to the others'."""

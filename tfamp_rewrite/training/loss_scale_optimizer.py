@@ -175,6 +175,34 @@ def _same_gradients(first, second):
     return ids(first) == ids(second)
 
 
+_CLIPS = frozenset({"ClipByValue", "Minimum", "Maximum"})
+
+
+def _warn_if_backprop_clips(backprop_ops) -> None:
+    """Says once when the backprop of a scaled loss clips values to constant bounds: a
+    gradient clipped inside ``tf.custom_gradient`` or a ``gradient_override_map`` sees it
+    multiplied by the loss scale, so it clips where float32 would not, and the update,
+    divided by the scale afterwards, shrinks by it."""
+    for op in backprop_ops:
+        if (op.type in _CLIPS and op.outputs[0].dtype.is_floating
+                and any(_constant(t) for t in op.inputs[1:])):
+            log_once(
+                "tfamp_rewrite: the backprop of a loss-scaled loss clips values to constant bounds "
+                "(%r, %s): a gradient clipped inside tf.custom_gradient or gradient_override_map is "
+                "the scaled one there (the loss scale times larger), so the clip bites where float32 "
+                "would not, and the update shrinks by the scale once unscaled. Clip the gradients "
+                "compute_gradients returns instead, or leave the model's own gradient unclipped."
+                % (op.name, op.type))
+            return
+
+
+def _constant(tensor) -> bool:
+    op = tensor.op
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return op.type == "Const"
+
+
 def _depends_on_any(tensors, ops, through_variables=True) -> bool:
     """True if an op in ``ops`` is among the ancestors of ``tensors``: through data and
     control inputs, and (``through_variables``) through variables -- an op assigning a
@@ -388,6 +416,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
     ):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
         scale = self._current_scale()
+        graph = _tf.get_default_graph()
+        before = len(graph.get_operations())
         with delegation():
             grads_and_vars = list(self._inner("compute_gradients")(
                 _scaled_loss(loss, scale),
@@ -397,6 +427,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
                 colocate_gradients_with_ops=colocate_gradients_with_ops,
                 grad_loss=grad_loss,
             ))
+        _warn_if_backprop_clips(graph.get_operations()[before:])
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
         unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite)
