@@ -342,3 +342,38 @@ def test_deactivate_restores_tensorflow_exactly():
     with tf1.Session(graph=tf.Graph()) as session:
         assert type(session) is TF_SESSION_CLASSES["Session"]
     assert not activation.graph_rewrite_enabled() and not activation.loss_scaling_enabled()
+
+
+@pytest.mark.parametrize("use", ["adversarial_example", "training_step"])
+def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, use):
+    """FGSM: tf.gradients(loss, x) in float16 with no loss scale loses its small entries; the
+    first run computing it says so.  The same model's loss-scaled training step, whose
+    gradients an optimizer applies, is not warned about."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 16], name="x")
+        y = tf1.placeholder(tf.int32, [8], name="y")
+        w = tf1.get_variable("w", initializer=(rng.standard_normal([16, 4]) * 0.5).astype(np.float32))
+        loss = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=tf.matmul(x, w)))
+        if use == "adversarial_example":
+            (gradient,) = tf1.gradients(loss, [x])
+            fetch = tf.stop_gradient(x + 0.1 * tf.sign(gradient))
+        else:
+            fetch = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: rng.standard_normal([8, 16]).astype(np.float32), y: np.zeros(8, np.int32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(loss, feed)
+            assert "uses them as values" not in caplog.text   # the forward pass alone
+            for _ in range(2):
+                session.run(fetch, feed)
+    said = [r.getMessage() for r in caplog.records if "uses them as values" in r.getMessage()]
+    assert len(said) == (1 if use == "adversarial_example" else 0), said

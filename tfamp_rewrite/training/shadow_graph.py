@@ -229,6 +229,11 @@ class ShadowGraph:
             return private_name[len(self._scope):]
         return private_name
 
+    def converted_now(self) -> Set[str]:
+        """The user graph's nodes the rewrites so far convert (healed ones left out)."""
+        return {d.name for report in self.reports for d in report.decisions
+                if d.converted} - self.kept_float32
+
     def computes_in_half(self, op) -> bool:
         """Whether the private graph's ``op`` computes in half: a half output, or under
         emulated numerics a node the rewrite converted (float32 values rounded to half)."""

@@ -14,6 +14,13 @@ gradients, that does not wait on the step's finite flag (SAM's weight perturbati
 ``w += rho * g / |g|``), is loss-scaled, but writes the inf/nan of a skipped step's
 gradients into the variable for good: ``unguarded_writes`` finds them, and the first run
 that computes one says so once.
+
+Gradients used as values -- ``tf.gradients(loss, x)`` for an adversarial example (FGSM) or
+a saliency map -- are no optimizer's, so nothing scales their loss, and computed in float16
+their small entries flush to zero: ``unscaled_backprops`` finds the ``tf.gradients`` calls
+with converted nodes whose loss no loss scale multiplies and whose results reach no update
+(past a ``stop_gradient``, an adversarial example's does not), and the first run that
+computes one says so once.
 """
 from __future__ import annotations
 
@@ -32,6 +39,9 @@ _ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSu
 # theirs under "training/<Optimizer>/gradients/").
 _GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _VARIABLE_OPS = ("VariableV2", "VarHandleOp")
+_GRADIENT_SEED = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+$")  # tf.gradients' seed of ones
+_GRADIENT_STOPS = ("StopGradient", "PreventGradient")
+_FINITE_CHECK = "unscale_and_check_finite"  # a loss-scaled optimizer's check of what it applies
 
 
 def unscaled_updates(graph, dtype: str) -> List:
@@ -85,6 +95,35 @@ def unguarded_writes(graph) -> Dict[str, str]:
             if op in from_gradients and op not in guarded and not _UPDATE_OP.match(op.type)}
 
 
+def unscaled_backprops(graph, converted) -> Dict[str, str]:
+    """``{op name: scope}``: the ops of each ``tf.gradients`` call of ``graph`` (its scope,
+    "gradients_1") that holds a node of ``converted`` (names), whose loss no loss scale
+    multiplies, and whose results reach no update (module docstring)."""
+    operations = graph.get_operations()
+    scopes = {op.name[:op.name.rindex("/grad_ys_")] for op in operations if _GRADIENT_SEED.search(op.name)}
+    if not scopes:
+        return {}
+    members = {scope: [op for op in operations if op.name.startswith(scope + "/")] for scope in scopes}
+    scaled = _downstream_of(graph, _loss_scale_variables(graph, step_signals(graph)))
+    result = {}
+    for scope, ops in sorted(members.items()):
+        if (not any(op.name in converted for op in ops) or any(op in scaled for op in ops)
+                or _reaches_an_update(ops)):
+            continue
+        result.update((op.name, scope) for op in ops)
+    return result
+
+
+def _reaches_an_update(ops) -> bool:
+    """Whether the values of ``ops`` flow into an optimizer's update, an assignment, or a
+    loss-scaled optimizer's finite check, other than past a ``stop_gradient``."""
+    def readers(op):
+        return [] if op.type in _GRADIENT_STOPS else [c for t in op.outputs for c in t.consumers()]
+
+    return any(_UPDATE_OP.match(op.type) or op.type in _ASSIGN_OPS or _FINITE_CHECK in op.name
+               for op in reachable(ops, readers))
+
+
 def _loss_scale_variables(graph, signals) -> List:
     """The loss scales' variable ops: what a loss-scaled step's gradients are computed from."""
     return [v.op for s in signals for v in s.loss_scale.variables() if v.op.graph is graph]
@@ -107,23 +146,29 @@ class UnscaledTrainingWatch:
     def __init__(self):
         self._updates: Dict[str, str] = {}     # update op name -> op type
         self._unguarded: Dict[str, str] = {}   # assign op name -> variable name
+        self._backprops: Dict[str, str] = {}   # unscaled tf.gradients op name -> scope
         self._version = None
         self._checked: set = set()             # fetch sets already found to compute none
         self._said = False
         self._said_unguarded = False
+        self._said_backprop = False
 
-    def graph_changed(self, graph, dtype: str) -> None:
+    def graph_changed(self, graph, dtype: str, converted=frozenset()) -> None:
+        """``converted``: the names of the nodes the session's rewrite converts."""
         if graph.version == self._version:
             return
         self._version = graph.version
         self._updates = {} if self._said else {op.name: op.type for op in unscaled_updates(graph, dtype)}
         self._unguarded = {} if self._said_unguarded else unguarded_writes(graph)
+        self._backprops = ({} if self._said_backprop or dtype != "float16"
+                           else unscaled_backprops(graph, converted))
         self._checked.clear()
 
     def before_run(self, elements) -> None:
         """``elements``: the run's fetches in the graph it runs (the update ops keep their names)."""
         watched = {**(self._updates if not self._said else {}),
-                   **(self._unguarded if not self._said_unguarded else {})}
+                   **(self._unguarded if not self._said_unguarded else {}),
+                   **(self._backprops if not self._said_backprop else {})}
         if not watched:
             return
         key = frozenset(getattr(e, "name", str(e)) for e in elements)
@@ -134,9 +179,13 @@ class UnscaledTrainingWatch:
         if unguarded:
             self._said_unguarded = True
             self._say_unguarded(unguarded)
+        backprop = sorted(computed & self._backprops.keys()) if not self._said_backprop else []
+        if backprop:
+            self._said_backprop = True
+            self._say_backprop(self._backprops[backprop[0]])
         computed = sorted(computed & self._updates.keys()) if not self._said else []
         if not computed:
-            if not unguarded:
+            if not unguarded and not backprop:
                 self._checked.add(key)
             return
         self._said = True
@@ -150,6 +199,15 @@ class UnscaledTrainingWatch:
                " and take the gradients from its compute_gradients (an optimizer whose own "
                "apply_gradients assigns the new values, as BERT's does, is not wrapped "
                "automatically)" if self._updates[computed[0]] in _ASSIGN_OPS else ""))
+
+    @staticmethod
+    def _say_backprop(scope: str) -> None:
+        log_once(
+            "tfamp_rewrite: this run computes tf.gradients of a loss no loss scale multiplies "
+            "(%r) in float16, and uses them as values, not as an optimizer's update: gradient "
+            "entries below 6e-8 flush to zero there (an input gradient for FGSM or a saliency "
+            "map loses its small entries). Multiply the loss by a constant such as 1024 before "
+            "tf.gradients and divide the gradients by it (said once)." % scope)
 
     def _say_unguarded(self, names: List[str]) -> None:
         log_once(
