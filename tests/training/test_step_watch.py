@@ -283,6 +283,41 @@ def test_a_write_of_a_skipped_steps_gradients_is_said_before_and_after(monkeypat
     assert "did not cause it" not in after and "without loss scaling" not in caplog.text
 
 
+def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
+    """A DQN: online and target networks of the same layers under two scopes; the target's
+    Q values come from an inference run (never healed) and are fed back as the TD target.
+    Healing the online network's overflowing MatMul keeps its target twin float32 too."""
+    def q_network(states, scope):
+        with tf1.variable_scope(scope):
+            hidden = tf1.layers.dense(states, 16, tf.nn.relu, name="h",
+                                      kernel_initializer=tf1.constant_initializer(1.0))
+            return tf1.layers.dense(hidden, 2, name="q", kernel_initializer=tf1.constant_initializer(1000.0))
+
+    graph = tf.Graph()
+    with graph.as_default():
+        states = tf1.placeholder(tf.float32, [32, 4], name="states")
+        next_states = tf1.placeholder(tf.float32, [32, 4], name="next_states")
+        target = tf1.placeholder(tf.float32, [32], name="td_target")
+        q, q_next = q_network(states, "online"), q_network(next_states, "target")
+        best_next = tf.reduce_max(q_next, axis=1)
+        loss = tf1.losses.huber_loss(target, q[:, 0])
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    batch = np.random.RandomState(0).rand(32, 4).astype(np.float32) + 1.0  # Q about 1e5
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(14):
+                td_target = 1.0 + 0.99 * session.run(best_next, {next_states: batch})
+                session.run(train_op, {states: batch, target: td_target})
+            assert np.isfinite(session.run(best_next, {next_states: batch})).all()
+    (heal,) = session.heals
+    assert "online/q/MatMul" in heal.nodes and "target/q/MatMul" in heal.nodes
+    (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
+    assert "with 'target/q/MatMul', the same layer under another scope" in healed
+
+
 def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     """-log(1 - sigmoid(40)) is log(0) in float32 too: the half nodes upstream of the float32
     Log are only presumed to blame, and the warning says so."""

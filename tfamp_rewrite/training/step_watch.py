@@ -416,16 +416,21 @@ class StepWatch:
                                    "heals there and the next starts from them, so heals beyond "
                                    "one session's limit add up over runs" % HEAL_FILE_ENV))
             return
-        report = self.shadow.heal(finding.half_nodes)
+        twins = twin_nodes(self.shadow.user_graph, finding.half_nodes, self.shadow.converted_now())
+        heal.nodes += twins
+        report = self.shadow.heal(heal.nodes)
         self.heals.append(heal)
-        _remember_healed(self.shadow.user_graph, finding.half_nodes)
+        _remember_healed(self.shadow.user_graph, heal.nodes)
         self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
-        _logger.warning("tfamp_rewrite: healed: %s now float32 (%d node(s) converted now); the loss "
-                        "scale restarts from its initial value%s" % (
-                            _some(finding.half_nodes), report.nodes_converted, self._heal_file_hint()))
+        _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) converted now); the "
+                        "loss scale restarts from its initial value%s" % (
+                            _some(finding.half_nodes),
+                            ", with %s, the same layer%s under another scope (a target network, a "
+                            "tower)" % (_some(twins, 4), "s" if len(twins) > 1 else "") if twins else "",
+                            report.nodes_converted, self._heal_file_hint()))
 
     def _heal_file_hint(self) -> str:
         """Once per process, without a heal file: how other processes start healed."""
@@ -524,6 +529,33 @@ class StepWatch:
             os.unlink(temporary)
             _logger.warning("tfamp_rewrite: cannot write %s=%s (%s); the heals stay in this session"
                             % (HEAL_FILE_ENV, self.heal_file, error.strerror))
+
+
+def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
+    """The converted nodes of ``graph`` that are ``nodes``' layers under another top scope --
+    a DQN's target network beside its online one, a tower beside another: the same name past
+    the first scope, the same op, inputs from the same ops.  A run that infers with a twin
+    (the target network's Q values) is never healed, so its overflow is kept off with the
+    node's."""
+    by_tail: Dict[str, list] = {}
+    for op in graph.get_operations():
+        head, slash, tail = op.name.partition("/")
+        if slash and op.name in converted:
+            by_tail.setdefault(tail, []).append(op)
+    twins = []
+    for name in nodes:
+        head, slash, tail = name.partition("/")
+        if not slash or tail not in by_tail:
+            continue
+        try:
+            op = graph.get_operation_by_name(name)
+        except KeyError:
+            continue
+        inputs = [t.op.type for t in op.inputs]
+        twins.extend(other.name for other in by_tail[tail]
+                     if other.name not in nodes and other.name not in twins and other.type == op.type
+                     and [t.op.type for t in other.inputs] == inputs)
+    return twins
 
 
 def _nonfinite_feeds(feeds) -> List[str]:
