@@ -5,13 +5,17 @@ Every run that computes a loss-scaled step also fetches that step's finite flag 
 steps deserves a diagnosis; the next such step then also fetches the range probes it
 computes anyway (``StepDiagnosis``) -- no extra run, no input consumed.  A diagnosis first
 asks whether the model's own weights hold inf/nan (``VariableCheck``): then nothing is
-healed, the warning says so, and a ``NanTensorHook`` stops training as TensorFlow's does.
+healed, the warning says so (naming a write of a skipped step's gradients where one made
+them so), and a ``NanTensorHook`` stops training as TensorFlow's does.  Values the run was
+fed inf/nan (a TD target from a target network) are no culprit's: what reads them is a
+victim, and without a culprit a warning names them.
 Culprits found (every one the probed step shows, none computed from another's inf/nan)::
 
     warn once per episode: each culprit's node, op and list, and largest |x|; the scale's
         trajectory; the one list edit (and node names) that keep them all float32
     healing on (default; TFAMP_REWRITE_AUTO_FIX=0 or auto_fix=False: warn only):
-        the session keeps the culprits' half nodes float32 (ShadowGraph.heal: the same
+        the session keeps the culprits' half nodes, and their twins under another top
+        scope (``twin_nodes``: a target network's), float32 (ShadowGraph.heal: the same
         variables, slots, global_step, queues and iterators), restarts the loss scale
         from its initial value and says so; at most ``max_heals`` times, then a last
         warning and no more changes
