@@ -547,6 +547,21 @@ def test_feeding_a_tensor_the_rewrite_made_half_says_its_values_round(cpu_target
     assert said and "rounded to float16" in said[0]
 
 
+def test_several_fed_tensors_that_round_are_said_in_one_line(cpu_target, caplog):
+    """An LSTM's state fed back is a tuple of tensors (c and h per layer): one line for all."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.constant(np.eye(4, dtype=np.float32))
+        states = [tf.fill([1, 4], 0.0, name="lstm_state_%d" % i) for i in range(3)]
+        out = tf.add_n([tf.matmul(tf.matmul(s, w), w) for s in states])
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            for _ in range(2):
+                session.run(out, {s: np.ones([1, 4], np.float32) for s in states})
+    said = [r.getMessage() for r in caplog.records if "rounded to float16" in r.getMessage()]
+    assert len(said) == 1 and "3 fed tensors ('lstm_state_0:0'" in said[0], said
+
+
 def test_histogram_summaries_leave_the_non_finite_values_of_skipped_steps_out(cpu_target, caplog):
     """TensorFlow's CIFAR-10 tutorial pattern: a histogram of each gradient, fetched with the
     train op.  A skipped step's gradients are inf; HistogramSummary would fail the run."""

@@ -611,6 +611,28 @@ def test_one_heal_keeps_the_half_readers_past_a_float32_sum():
     assert heal.culprit == "first:0" and {"first", "second"} <= set(heal.nodes), heal.nodes
 
 
+def test_a_graph_that_grows_every_step_after_a_heal_adds_its_new_nodes_only():
+    """An op made inside the training loop (sess.run([train, tf.reduce_max(h)])) grows the
+    graph every step.  After a heal its new nodes join the healed generation: the private
+    graph grows by them, not by a copy of the whole model per step, and they compute what
+    they would compute in the healed graph."""
+    parts = overflow_net()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        assert session.heals
+        sizes, largest = [], []
+        for _ in range(6):
+            with parts["graph"].as_default():
+                grown = tf.reduce_max(tf.abs(parts["graph"].get_tensor_by_name("logits:0")))
+            largest.append(session.run([parts["train"], grown], parts["feed"])[1])
+            sizes.append(len(session._shadow.graph.get_operations()))
+        logits = session.run("logits:0", parts["feed"])
+    assert max(np.diff(sizes)) < 40, sizes                  # a few nodes per step
+    assert np.isfinite(largest).all() and largest[-1] > 65504   # float32, as healed
+    np.testing.assert_allclose(largest[-1], np.abs(logits).max(), rtol=1e-3)
+
+
 def test_sessions_made_after_a_heal_start_healed(caplog):
     """An Estimator's evaluation and its next train() open new sessions on new graphs of the
     same names: they keep what the first session healed, and say so once."""

@@ -165,16 +165,17 @@ def is_variable_read(view: GraphView, node: int) -> bool:
 _FLOAT_KINDS = frozenset({DT_FLOAT, DT_HALF, DT_BFLOAT16})
 
 
-def reconcile_dtypes(view: GraphView, consumers, indexed_names: bool = True) -> List[CastInfo]:
+def reconcile_dtypes(view: GraphView, consumers, indexed_names: bool = True,
+                     taken_elsewhere: Set[str] = frozenset()) -> List[CastInfo]:
     """Routes data inputs of ``consumers`` whose producer dtype differs through a Cast.
 
     For graphs assembled from parts rewritten at different times (a session importing
     nodes added after its first run): wherever the producer's output is, say, half while
     the consumer now expects float32, a Cast (shared per producer port and dtype) fixes
     the edge.  Only float kinds are reconciled; anything else is left to TensorFlow's
-    type check.
+    type check.  The Casts' names avoid ``view``'s and ``taken_elsewhere``.
     """
-    taken = set(view.index)
+    taken = set(view.index) | set(taken_elsewhere)
     added: Dict[Tuple[int, int, int], CastInfo] = {}
     for dst in consumers:
         for port, (src, src_port) in enumerate(view.inputs[dst]):

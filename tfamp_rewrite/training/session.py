@@ -159,16 +159,15 @@ class _RewritingSession:
         """
         if not feed_dict:
             return feed_dict
-        mapped = {}
-        for key, value in nest.flatten_dict_items(feed_dict).items():
-            private = self._shadow.private_feed(key)
-            mapped[private] = self._shadow.fed_value(private, value)
-        return mapped
+        items = list(nest.flatten_dict_items(feed_dict).items())
+        privates = self._shadow.private_feeds([key for key, _ in items])
+        return {private: self._shadow.fed_value(private, value)
+                for private, (_, value) in zip(privates, items)}
 
     def _map_feed_list(self, feeds):
         """``partial_run_setup``'s feeds: one feed key or a list/tuple of them."""
         if isinstance(feeds, (list, tuple)):
-            return [self._shadow.private_feed(key) for key in feeds]
+            return self._shadow.private_feeds(feeds)
         return self._shadow.private_feed(feeds)
 
     # -- running ----------------------------------------------------------------------
@@ -311,7 +310,7 @@ class _RewritingSession:
         self._sync()
         shadow = self._shadow
         user_feeds = [self._user_graph.as_graph_element(name) for name in callable_options.feed]
-        feeds = [shadow.private_feed(tensor) for tensor in user_feeds]
+        feeds = shadow.private_feeds(user_feeds)
         fetches = [shadow.private_fetch(name) for name in callable_options.fetch]
         targets = [shadow.private_fetch(name) for name in callable_options.target]
         self._unscaled.before_run(fetches + targets)

@@ -25,7 +25,7 @@ from typing import Dict, List, Set
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from ..fused_op.fusable import MARKER_ATTR, fuse_unscale_groups
 from ..fused_op.op import fused_op_available
@@ -77,6 +77,7 @@ class ShadowGraph:
         self._fetch_casts: Dict[str, tf.Tensor] = {}
         self._fetches: Dict[object, object] = {}  # user fetch leaf -> private element
         self._feeds: Dict[object, object] = {}    # user feed key -> private tensor
+        self._rounded_feeds: List[str] = []       # fed tensors found rounded to half, unsaid
         self._lock = threading.RLock()
         self._syncs = 0                      # imports logged by _synced
 
@@ -88,12 +89,10 @@ class ShadowGraph:
             if version == self._version:
                 return
             graph_def = self._user_graph_def()
-            result = self._rewrite(graph_def, whole=bool(self._scope))
+            result = self._rewrite(graph_def, whole=False)
             to_import = self._graph_to_import(graph_def, result)
             deferred = self._defer_checks(to_import)
-            if self._scope:  # after a heal, growth is imported as a whole new generation
-                self._import_generation(to_import)
-            elif self._imported:
+            if self._imported:  # growth joins the current generation (after a heal, its scope)
                 self._import_additions(graph_def, to_import)
             else:
                 with self.graph.as_default():
@@ -211,6 +210,7 @@ class ShadowGraph:
         import_generation(self.graph, rewritten_def, scope, sources | self._shared)
         self._shared |= sources
         self._scope = scope + "/"
+        self._imported = {node.name for node in rewritten_def.node}
         self._fetches.clear()
         self._feeds.clear()
         self._fetch_casts.clear()
@@ -266,32 +266,54 @@ class ShadowGraph:
         log_info(line)
 
     def _import_additions(self, user_def, rewritten_def) -> None:
+        """Imports the nodes the user graph gained into the current generation: under its
+        scope after a heal (new state sources, a variable made in the loop, unscoped and
+        shared), so a graph that grows every step adds its new nodes, not a whole copy."""
         new = {node.name for node in user_def.node} - self._imported
         if not new:
             return
         additions, sources_of_dropped_casts = _additions(rewritten_def, new, self._imported)
-        combined = self.graph.as_graph_def()
-        first_added = len(combined.node)
+        if self._scope:
+            additions_def = graph_pb2.GraphDef()
+            additions_def.node.extend(additions)
+            self._shared |= state_sources(additions_def)
+        # The additions, beside stand-ins for the private graph's nodes they read: indexing
+        # the whole private graph (every generation, the probes) at each growth made a graph
+        # that grows every step slower with each one.
+        combined = graph_pb2.GraphDef()
+        combined.versions.CopyFrom(self.graph.graph_def_versions)
+        copies = []
         for node in additions:
-            copy = combined.node.add()
+            copy = node_def_pb2.NodeDef()
             copy.CopyFrom(node)
             for slot, text in enumerate(copy.input):
                 if text in sources_of_dropped_casts:
                     copy.input[slot] = sources_of_dropped_casts[text]
+            if self._scope:
+                _rename_into_generation(copy, self.private_name)
+            copies.append(copy)
+        stubs, stands_for = _stand_ins(self.graph, copies)
+        combined.node.extend(stubs)
+        first_added = len(combined.node)
+        combined.node.extend(copies)
         new_functions = [f for f in rewritten_def.library.function
                          if not self.graph._is_function(f.signature.name)]
         combined.library.function.extend(new_functions)
+        called = {node.op for node in copies if self.graph._is_function(node.op)}
+        combined.library.function.extend(self.graph._get_function(name).definition for name in sorted(called))
         view = GraphView(combined, op_def_lookup(combined))
-        reconcile_dtypes(view, range(first_added, len(view.nodes)))
+        reconcile_dtypes(view, range(first_added, len(view.nodes)),
+                         taken_elsewhere={op.name for op in self.graph.get_operations()})
         to_import = graph_pb2.GraphDef()
         to_import.versions.CopyFrom(combined.versions)
         to_import.node.extend(combined.node[first_added:])
         to_import.library.function.extend(new_functions)
+        _replace_stand_ins(to_import, stands_for)
         outside = detach_outside_references(to_import)
         with self.graph.as_default():
             tf.import_graph_def(to_import, input_map=self._input_map(to_import), name="")
         outside.reattach(self.graph)
-        self._imported.update(node.name for node in to_import.node)
+        self._imported.update(node.name for node in additions)  # the user graph's names
 
     def _input_map(self, graph_def) -> dict:
         """Maps data inputs from already-imported nodes onto the private graph's tensors."""
@@ -311,7 +333,24 @@ class ShadowGraph:
 
     def private_feed(self, key):
         """The private-graph tensor (or SparseTensor) to feed for a user feed key (memoised)."""
-        return _memoised(self._feeds, key, self._private_feed)
+        return self.private_feeds([key])[0]
+
+    def private_feeds(self, keys) -> List:
+        """``private_feed`` of each of ``keys``; those whose fed values are rounded to half
+        are said in one line (an LSTM's fed-back state is several tensors)."""
+        with self._lock:
+            result = [_memoised(self._feeds, key, self._private_feed) for key in keys]
+            rounded, self._rounded_feeds = self._rounded_feeds, []
+        if len(rounded) == 1:
+            log_once("tfamp_rewrite: %s is fed, and the rewrite runs its node in %s: the fed values "
+                     "are rounded to %s (feed a float32 placeholder to keep them exact)"
+                     % (rounded[0], self.dtype, self.dtype))
+        elif rounded:
+            names = ", ".join(repr(n) for n in rounded[:4]) + (", ..." if len(rounded) > 4 else "")
+            log_once("tfamp_rewrite: %d fed tensors (%s) feed nodes the rewrite runs in %s: their "
+                     "fed values are rounded to %s (feed float32 placeholders to keep them exact)"
+                     % (len(rounded), names, self.dtype, self.dtype))
+        return result
 
     def _private_fetch(self, element):
         if isinstance(element, tf.SparseTensor):
@@ -351,9 +390,7 @@ class ShadowGraph:
         if not self.user_graph.is_feedable(user):
             self.graph.prevent_feeding(private)  # Session.run then refuses it, as for the user graph
         elif private.dtype != user.dtype or self._emulated_half_output(user, private):
-            log_once("tfamp_rewrite: %s is fed, and the rewrite runs its node %s in %s: the fed "
-                     "values are rounded to %s (feed a float32 placeholder to keep them exact)"
-                     % (user.name, user.op.name, self.dtype, self.dtype))
+            self._rounded_feeds.append(user.name)  # said by private_feeds
         return private
 
     def _emulated_half_output(self, user, private) -> bool:
@@ -499,6 +536,70 @@ def _fuse_unscaling(graph_def) -> None:
 
 def _belongs_to(element, graph) -> bool:
     return isinstance(element, (tf.Tensor, tf.Operation)) and element.graph is graph
+
+
+def _stand_ins(graph: tf.Graph, nodes) -> tuple:
+    """``(stubs, stands_for)``: a Placeholder for each output of ``graph``'s nodes that
+    ``nodes`` read (its dtype and device, so that dtypes can be reconciled), a NoOp for each
+    one read by a control input alone; ``nodes``' inputs now name the stubs, and
+    ``stands_for`` maps each stub's name back to the input it replaced."""
+    local = {node.name for node in nodes}
+    stubs: Dict[str, object] = {}
+    stands_for: Dict[str, str] = {}
+    for node in nodes:
+        for slot, text in enumerate(node.input):
+            control = text.startswith("^")
+            name, port = parse_input(text.lstrip("^"))
+            if name in local:
+                continue
+            op = graph.get_operation_by_name(name)
+            stub_name = name if port == 0 else "%s/_tfamp_port_%d" % (name, port)
+            if not control:
+                node.input[slot] = stub_name
+            stands_for[stub_name] = name if port == 0 else "%s:%d" % (name, port)
+            if stub_name in stubs and (control or stubs[stub_name].op == "Placeholder"):
+                continue
+            stub = node_def_pb2.NodeDef(name=stub_name, device=op.device)
+            if control:
+                stub.op = "NoOp"
+            else:
+                stub.op = "Placeholder"
+                stub.attr["dtype"].type = op.outputs[port].dtype.base_dtype.as_datatype_enum
+            stubs[stub_name] = stub
+    return list(stubs.values()), stands_for
+
+
+def _replace_stand_ins(graph_def, stands_for: Dict[str, str]) -> None:
+    """Points ``graph_def``'s inputs naming a stub (``_stand_ins``) back at what it stands for."""
+    for node in graph_def.node:
+        for slot, text in enumerate(node.input):
+            control = text.startswith("^")
+            name, port = parse_input(text.lstrip("^"))
+            if name not in stands_for:
+                continue
+            real = stands_for[name]
+            if control:
+                node.input[slot] = "^" + parse_input(real)[0]
+            else:
+                real_name, real_port = parse_input(real)
+                port = real_port + port
+                node.input[slot] = real_name if port == 0 else "%s:%d" % (real_name, port)
+
+
+def _rename_into_generation(node, private_name) -> None:
+    """``node`` (user graph names) renamed, with its inputs and colocations, as the private
+    graph's current generation names them (``private_name``)."""
+    node.name = private_name(node.name)
+    for slot, text in enumerate(node.input):
+        control = text.startswith("^")
+        name, port = parse_input(text.lstrip("^"))
+        renamed = private_name(name)
+        node.input[slot] = "^" + renamed if control else (renamed if port == 0 else "%s:%d" % (renamed, port))
+    if "_class" in node.attr:
+        locations = [b"loc:@" + private_name(c[len(b"loc:@"):].decode()).encode()
+                     for c in node.attr["_class"].list.s]
+        del node.attr["_class"].list.s[:]
+        node.attr["_class"].list.s.extend(locations)
 
 
 def _additions(rewritten_def, new: set, imported: set):
