@@ -595,6 +595,16 @@ def test_tf_gradients_users_scale_with_get_scaled_loss_and_are_warned_without(mo
     assert "with several optimizers, each its own" in warning
 
 
+def _squared_weights():
+    """``(graph, w, loss, opt)``: w = [1, 2], loss = sum(w ** 2), a loss-scaled GradientDescent."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=[1.0, 2.0])
+        loss = tf.reduce_sum(tf.square(w))
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1))
+    return graph, w, loss, opt
+
+
 @pytest.mark.parametrize("scaled", [True, False], ids=["compute_gradients", "tf_gradients"])
 def test_gradients_accumulated_in_variables_are_judged_by_where_they_came_from(monkeypatch, caplog, scaled):
     """Gradient accumulation: gradients summed into variables over k runs, then applied
@@ -603,11 +613,8 @@ def test_gradients_accumulated_in_variables_are_judged_by_where_they_came_from(m
     from tfamp_rewrite.training import devices
 
     monkeypatch.setattr(devices, "_logged", set())
-    graph = tf.Graph()
+    graph, w, loss, opt = _squared_weights()
     with graph.as_default():
-        w = tf1.get_variable("w", initializer=[1.0, 2.0])
-        loss = tf.reduce_sum(tf.square(w))
-        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1))
         grad = opt.compute_gradients(loss, [w])[0][0] if scaled else tf1.gradients(loss, [w])[0]
         accumulator = tf1.get_variable("accumulator", [2], trainable=False,
                                        initializer=tf1.zeros_initializer())
@@ -628,11 +635,8 @@ def test_fed_gradients_are_warned_about_only_where_the_graph_computes_unscaled_o
     from tfamp_rewrite.training import devices
 
     monkeypatch.setattr(devices, "_logged", set())
-    graph = tf.Graph()
+    graph, w, loss, opt = _squared_weights()
     with graph.as_default():
-        w = tf1.get_variable("w", initializer=[1.0, 2.0])
-        loss = tf.reduce_sum(tf.square(w))
-        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1))
         if source == "compute_gradients":
             opt.compute_gradients(loss, [w])
         elif source == "tf_gradients":
