@@ -318,6 +318,22 @@ def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
     assert "with 'target/q/MatMul', the same layer under another scope" in healed
 
 
+def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
+    """'online/q/MatMul' has a twin 'target/q/MatMul'; of a plain MLP's 'dense/MatMul',
+    'dense_1/MatMul' and 'dense_2/MatMul', none is another's twin."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4])
+        hidden = tf1.layers.dense(tf1.layers.dense(x, 4, tf.nn.relu), 4, tf.nn.relu)
+        tf1.layers.dense(hidden, 4, tf.nn.relu)
+        for scope in ("online", "target"):
+            with tf1.variable_scope(scope):
+                tf1.layers.dense(tf1.layers.dense(x, 4, tf.nn.relu, name="h"), 2, name="q")
+    every = {op.name for op in graph.get_operations()}
+    assert step_watch.twin_nodes(graph, ["online/q/MatMul"], every) == ["target/q/MatMul"]
+    assert step_watch.twin_nodes(graph, ["dense_1/MatMul"], every) == []
+
+
 def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     """-log(1 - sigmoid(40)) is log(0) in float32 too: the half nodes upstream of the float32
     Log are only presumed to blame, and the warning says so."""
