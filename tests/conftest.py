@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sup
 @pytest.fixture(autouse=True)
 def no_heals_from_earlier_tests(monkeypatch):
     """Sessions keep what earlier sessions of the process healed; each test starts afresh."""
-    from tfamp_rewrite.training import step_watch
+    from tfamp_rewrite.training import heal_memory
 
-    monkeypatch.setattr(step_watch, "_healed_in_process", {})
+    monkeypatch.setattr(heal_memory, "_healed_in_process", {})
 
 
 def pytest_addoption(parser):

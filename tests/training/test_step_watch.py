@@ -16,9 +16,10 @@ from model_graphs import control_flow_v1
 from tensorflow.core.protobuf import config_pb2
 
 import tfamp_rewrite
-from tfamp_rewrite.training import devices, step_watch
+from tfamp_rewrite.training import devices, heal_memory, step_watch
 from tfamp_rewrite.training.session import TF_SESSION_CLASSES
 from tfamp_rewrite.training.skip_guard import RECOVERED_AFTER, SkipGuard
+from tfamp_rewrite.training.twins import twin_nodes
 
 tf1 = tf.compat.v1
 INITIAL_SCALE = 2.0 ** 15
@@ -29,7 +30,7 @@ def emulated_cpu_amp(monkeypatch):
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
     monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
     monkeypatch.delenv(step_watch.AUTO_FIX_ENV, raising=False)
-    monkeypatch.delenv(step_watch.HEAL_FILE_ENV, raising=False)
+    monkeypatch.delenv(heal_memory.HEAL_FILE_ENV, raising=False)
     monkeypatch.setattr(devices, "_logged", set())
     monkeypatch.setattr(step_watch, "_said_probing", False)
     monkeypatch.setattr(step_watch, "_said_heal_file_hint", False)
@@ -330,8 +331,8 @@ def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
             with tf1.variable_scope(scope):
                 tf1.layers.dense(tf1.layers.dense(x, 4, tf.nn.relu, name="h"), 2, name="q")
     every = {op.name for op in graph.get_operations()}
-    assert step_watch.twin_nodes(graph, ["online/q/MatMul"], every) == ["target/q/MatMul"]
-    assert step_watch.twin_nodes(graph, ["dense_1/MatMul"], every) == []
+    assert twin_nodes(graph, ["online/q/MatMul"], every) == ["target/q/MatMul"]
+    assert twin_nodes(graph, ["dense_1/MatMul"], every) == []
 
 
 def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
@@ -490,7 +491,7 @@ def test_the_heal_changes_no_variable_slot_step_or_input_position(pipeline, monk
 
 def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkeypatch, caplog):
     path = tmp_path / "heals.json"
-    monkeypatch.setenv(step_watch.HEAL_FILE_ENV, str(path))
+    monkeypatch.setenv(heal_memory.HEAL_FILE_ENV, str(path))
     parts = overflow_net()
     with tfamp_rewrite.Session(graph=parts["graph"]) as session:
         session.run(parts["init"])
@@ -510,7 +511,7 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
             losses = train(again, session, 3)
     assert session.rewrite_reports[0].decision("logits").dtype == "float32"
     assert np.isfinite(losses[0]) and session.heals == [] and culprit_messages(caplog) == []
-    assert [r for r in caplog.records if "node(s) kept float32 as %s=" % step_watch.HEAL_FILE_ENV
+    assert [r for r in caplog.records if "node(s) kept float32 as %s=" % heal_memory.HEAL_FILE_ENV
             in r.getMessage()]
 
 
@@ -777,7 +778,7 @@ def test_heals_stop_at_the_limit_with_a_last_warning(monkeypatch, caplog):
             train(parts, session, 14)
     messages = [r.getMessage() for r in caplog.records]
     (last,) = [m for m in messages if "(the limit)" in m]
-    assert session.heals == [] and "run again with %s=path set" % step_watch.HEAL_FILE_ENV in last
+    assert session.heals == [] and "run again with %s=path set" % heal_memory.HEAL_FILE_ENV in last
 
 
 def test_fp32_sessions_are_not_watched():

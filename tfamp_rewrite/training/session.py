@@ -40,10 +40,11 @@ from . import step_watch
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
+from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file
 from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
-from .step_watch import HEAL_FILE_ENV, StepWatch, auto_fix_setting, read_heal_file
+from .step_watch import StepWatch, auto_fix_setting
 from .unscaled_training import UnscaledTrainingWatch
 
 _tf1 = tf.compat.v1
@@ -93,7 +94,7 @@ class _RewritingSession:
         if kept:
             log_once("tfamp_rewrite: %d node(s) kept float32 as %s=%s lists them (e.g. '%s')" % (
                 len(kept), HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), kept[0]))
-        healed = [n for n in step_watch.healed_in_this_process(self._user_graph) if n not in kept]
+        healed = [n for n in healed_in_this_process(self._user_graph) if n not in kept]
         if healed:
             log_once("tfamp_rewrite: sessions made after a heal keep the healed nodes their graph "
                      "holds float32 from their first run (an Estimator's evaluation and next "

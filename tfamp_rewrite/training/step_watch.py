@@ -27,22 +27,21 @@ precision monitor's TensorBoard scalars (precision_monitor.py).
 """
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
-import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from ..doctor.limits import limits_for
 from ..user_log import log_info
+from .heal_memory import HEAL_FILE_ENV, remember_healed, write_heal_file
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, Finding, StepDiagnosis
 from .step_signals import step_signals
+from .twins import twin_nodes
 from .unscaled_training import unguarded_writes
 from .variable_check import VariableCheck
 
@@ -72,39 +71,7 @@ def _record_step_run(recovering_graph) -> None:
     _step_runs.recovering = recovering_graph
 
 
-# Nodes any session of this process healed, with what identifies them: sessions made later on
-# a graph holding the same nodes keep them float32 from their first run (an Estimator opens a
-# new session, on a new graph of the same names, for every evaluation and every train() call;
-# without this each would skip and heal again).  A node counts as the same when its op and its
-# inputs' names and ops are: another model that merely reuses a name ("MatMul") is not healed.
-_healed_in_process: Dict[str, tuple] = {}
-_healed_lock = threading.Lock()
-
-
-def _node_signature(graph, name: str) -> Optional[tuple]:
-    """``name``'s op type and its inputs' names and op types in ``graph``; None if absent."""
-    try:
-        op = graph.get_operation_by_name(name)
-    except KeyError:
-        return None
-    return op.type, tuple((t.op.name, t.op.type) for t in op.inputs)
-
-
-def healed_in_this_process(graph) -> List[str]:
-    """The nodes earlier sessions of this process healed that ``graph`` holds as they were."""
-    with _healed_lock:
-        healed = dict(_healed_in_process)
-    return [name for name, signature in healed.items() if _node_signature(graph, name) == signature]
-
-
-def _remember_healed(graph, nodes) -> None:
-    signatures = {name: _node_signature(graph, name) for name in nodes}
-    with _healed_lock:
-        _healed_in_process.update((n, s) for n, s in signatures.items() if s is not None)
-
-
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
-HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
 # Heals per session: a deep regression on raw inputs (values of 1e5 in every layer's gradients)
 # needs about one per layer; each imports the graph once more (its nodes, not its weights).
 DEFAULT_MAX_HEALS = 16
@@ -151,20 +118,6 @@ def auto_fix_setting(auto_fix: Optional[bool] = None, environ=None) -> bool:
     if value in ("0", "false"):
         return False
     raise ValueError("%s=%r is not a boolean; use 1/true or 0/false" % (AUTO_FIX_ENV, environ[AUTO_FIX_ENV]))
-
-
-def read_heal_file(environ=None) -> List[str]:
-    """The nodes a previous run kept float32 (``$TFAMP_REWRITE_HEAL_FILE``), or none."""
-    environ = os.environ if environ is None else environ
-    path = environ.get(HEAL_FILE_ENV, "").strip()
-    if not path or not os.path.exists(path):
-        return []
-    try:
-        with open(path) as handle:
-            return [str(name) for name in json.load(handle)["kept_float32"]]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError("%s=%s cannot be read as a heal file (%s); delete it or point the "
-                         "variable elsewhere" % (HEAL_FILE_ENV, path, error)) from None
 
 
 class StepWatch:
@@ -424,7 +377,7 @@ class StepWatch:
         heal.nodes += twins
         report = self.shadow.heal(heal.nodes)
         self.heals.append(heal)
-        _remember_healed(self.shadow.user_graph, heal.nodes)
+        remember_healed(self.shadow.user_graph, heal.nodes)
         self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
@@ -516,64 +469,14 @@ class StepWatch:
                                 if _runs_collectives(self.shadow.user_graph) else ""))
 
     def _write_heal_file(self) -> None:
-        """Writes the kept nodes and the heals to ``heal_file``: a new file renamed into place."""
+        """Writes the kept nodes and the heals to ``heal_file`` (heal_memory.write_heal_file)."""
         if not self.heal_file:
             return
-        # strict JSON: a culprit's largest |x| that was inf/nan is written as null
-        heals = [dict(asdict(h), max_abs=h.max_abs if math.isfinite(h.max_abs) else None)
-                 for h in self.heals]
-        data = {"kept_float32": sorted(self.shadow.kept_float32), "heals": heals}
-        directory = os.path.dirname(os.path.abspath(self.heal_file))
-        handle, temporary = tempfile.mkstemp(prefix=".tfamp-heals-", dir=directory)
         try:
-            with os.fdopen(handle, "w") as output:
-                output.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-            os.replace(temporary, self.heal_file)
+            write_heal_file(self.heal_file, self.shadow.kept_float32, [asdict(h) for h in self.heals])
         except OSError as error:
-            os.unlink(temporary)
             _logger.warning("tfamp_rewrite: cannot write %s=%s (%s); the heals stay in this session"
                             % (HEAL_FILE_ENV, self.heal_file, error.strerror))
-
-
-def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
-    """The converted nodes of ``graph`` that are ``nodes``' layers under another top scope --
-    a DQN's target network beside its online one, a tower beside another: the same name past
-    the first scope, within a layer of it ("online/q/MatMul" and "target/q/MatMul", not
-    "dense/MatMul" and "dense_1/MatMul", two layers of one model), the same op, and inputs
-    of the same ops, named alike within their scopes.  A run that infers with a twin (the
-    target network's Q values) is never healed, so its overflow is kept off with the node's."""
-    by_tail: Dict[str, list] = {}
-    for op in graph.get_operations():
-        head, slash, tail = op.name.partition("/")
-        if "/" in tail and op.name in converted:
-            by_tail.setdefault(tail, []).append(op)
-    twins = []
-    for name in nodes:
-        head, slash, tail = name.partition("/")
-        if tail not in by_tail:
-            continue
-        try:
-            op = graph.get_operation_by_name(name)
-        except KeyError:
-            continue
-        twins.extend(other.name for other in by_tail[tail]
-                     if other.name not in nodes and other.name not in twins and other.type == op.type
-                     and _alike_inputs(op, head, other, other.name.partition("/")[0]))
-    return twins
-
-
-def _alike_inputs(op, head: str, other, other_head: str) -> bool:
-    """Whether ``op`` (under scope ``head``) and ``other`` read the same ops, those within
-    their scopes named alike there ("online/h/Relu" and "target/h/Relu")."""
-    if len(op.inputs) != len(other.inputs):
-        return False
-    for mine, theirs in zip(op.inputs, other.inputs):
-        if mine.op.type != theirs.op.type:
-            return False
-        inside = mine.op.name.startswith(head + "/"), theirs.op.name.startswith(other_head + "/")
-        if any(inside) and (not all(inside) or mine.op.name[len(head):] != theirs.op.name[len(other_head):]):
-            return False
-    return True
 
 
 def _nonfinite_feeds(feeds) -> List[str]:

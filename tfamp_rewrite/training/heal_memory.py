@@ -1,0 +1,79 @@
+"""What a session heals, remembered beyond it: in this process, and in a heal file.
+
+Sessions made later in the process, on a graph holding a healed node as it was (its op and
+its inputs' names and ops), keep it float32 from their first run (``healed_in_this_process``):
+an Estimator opens a new session, on a new graph of the same names, for every evaluation
+and every ``train()`` call, and without this each would skip and heal again.  Another model
+that merely reuses a name ("MatMul") is not healed.
+
+``TFAMP_REWRITE_HEAL_FILE=path``: every heal writes the nodes kept float32 and the heals
+there (JSON, a new file renamed into place), and a session started with it set keeps them
+float32 from its first run (``read_heal_file``), in this process or another.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import threading
+from typing import Dict, Iterable, List, Optional
+
+HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
+
+_healed_in_process: Dict[str, tuple] = {}  # node name -> _node_signature, healed so far
+_healed_lock = threading.Lock()
+
+
+def _node_signature(graph, name: str) -> Optional[tuple]:
+    """``name``'s op type and its inputs' names and op types in ``graph``; None if absent."""
+    try:
+        op = graph.get_operation_by_name(name)
+    except KeyError:
+        return None
+    return op.type, tuple((t.op.name, t.op.type) for t in op.inputs)
+
+
+def healed_in_this_process(graph) -> List[str]:
+    """The nodes earlier sessions of this process healed that ``graph`` holds as they were."""
+    with _healed_lock:
+        healed = dict(_healed_in_process)
+    return [name for name, signature in healed.items() if _node_signature(graph, name) == signature]
+
+
+def remember_healed(graph, nodes) -> None:
+    """Records that a session healed ``nodes`` of ``graph``, for later sessions."""
+    signatures = {name: _node_signature(graph, name) for name in nodes}
+    with _healed_lock:
+        _healed_in_process.update((n, s) for n, s in signatures.items() if s is not None)
+
+
+def read_heal_file(environ=None) -> List[str]:
+    """The nodes a previous run kept float32 (``$TFAMP_REWRITE_HEAL_FILE``), or none."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(HEAL_FILE_ENV, "").strip()
+    if not path or not os.path.exists(path):
+        return []
+    try:
+        with open(path) as handle:
+            return [str(name) for name in json.load(handle)["kept_float32"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError("%s=%s cannot be read as a heal file (%s); delete it or point the "
+                         "variable elsewhere" % (HEAL_FILE_ENV, path, error)) from None
+
+
+def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict]) -> None:
+    """Writes ``{"kept_float32": [...], "heals": [...]}`` to ``path``: a new file in its
+    directory, renamed into place, so a reader never sees half a file.  Raises OSError."""
+    # strict JSON: a culprit's largest |x| that was inf/nan is written as null
+    heals = [dict(h, max_abs=h["max_abs"] if math.isfinite(h["max_abs"]) else None) for h in heals]
+    data = {"kept_float32": sorted(kept_float32), "heals": heals}
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".tfamp-heals-", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as output:
+            output.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(temporary, path)
+    except OSError:
+        os.unlink(temporary)
+        raise
