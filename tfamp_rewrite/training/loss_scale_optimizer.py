@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import re
 import threading
 
 import tensorflow as tf
@@ -59,6 +58,7 @@ from ..fused_op.op import unscale_and_check_finite
 from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
+from .unscaled_training import GRADIENT_SCOPE, unscaled_gradient_calls
 
 _tf = tf.compat.v1
 
@@ -227,9 +227,6 @@ def _depends_on_any(tensors, ops, through_variables=True) -> bool:
 
 
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
-# Where tf.gradients seeds its backprop with ones: "gradients/grad_ys_0", "gradients_1/grad_ys_0".
-_GRADIENT_SEED = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+$")
-_BACKPROP = re.compile(r"(^|/)gradients(_\d+)?/")  # the ops tf.gradients adds
 # Ops that write a variable from a value: Assign, AssignAdd, AssignSub, their resource forms
 # (AssignVariableOp, ...) and the scatters.  Optimizers' Apply* ops are left out: a weight an
 # optimizer updates does not make the loss computed from it scaled.
@@ -514,12 +511,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         gradient's buffers are filled from, run by run.  Fed from a loss-scaled
         ``compute_gradients``, or from numpy (an evolution strategy), is fine."""
         scales = {t.op for t in _tf.get_collection(LOSS_SCALE_COLLECTION)} | self._scales_handed_out
-        operations = graph.get_operations()
-        scopes = {op.name[:op.name.rindex("/grad_ys_")] for op in operations
-                  if _GRADIENT_SEED.search(op.name)}
-        unscaled = [scope for scope in sorted(scopes) if not _depends_on_any(
-            [t for op in operations if op.name.startswith(scope + "/") for t in op.outputs],
-            scales, through_variables=False)]
+        unscaled = sorted(unscaled_gradient_calls(graph, scales))
         if unscaled:
             log_once(
                 "tfamp_rewrite: apply_gradients got gradients fed from outside the graph, and the "
@@ -536,7 +528,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         if _depends_on_any(tensors, self._scales_handed_out):
             return
         graph = tensors[0].graph
-        backprop = {op for op in graph.get_operations() if _BACKPROP.search(op.name)}
+        backprop = {op for op in graph.get_operations() if GRADIENT_SCOPE.search(op.name)}
         if not _depends_on_any(tensors, backprop):  # through accumulators' writers too
             self._warn_if_fed_from_unscaled_gradients(graph)
             return

@@ -556,7 +556,7 @@ def _stand_ins(graph: tf.Graph, nodes) -> tuple:
             stub_name = name if port == 0 else "%s/_tfamp_port_%d" % (name, port)
             if not control:
                 node.input[slot] = stub_name
-            stands_for[stub_name] = name if port == 0 else "%s:%d" % (name, port)
+            stands_for[stub_name] = _input_text(name, port)
             if stub_name in stubs and (control or stubs[stub_name].op == "Placeholder"):
                 continue
             stub = node_def_pb2.NodeDef(name=stub_name, device=op.device)
@@ -582,8 +582,12 @@ def _replace_stand_ins(graph_def, stands_for: Dict[str, str]) -> None:
                 node.input[slot] = "^" + parse_input(real)[0]
             else:
                 real_name, real_port = parse_input(real)
-                port = real_port + port
-                node.input[slot] = real_name if port == 0 else "%s:%d" % (real_name, port)
+                node.input[slot] = _input_text(real_name, real_port + port)
+
+
+def _input_text(name: str, port: int) -> str:
+    """How a NodeDef names output ``port`` of node ``name`` as an input."""
+    return name if port == 0 else "%s:%d" % (name, port)
 
 
 def _rename_into_generation(node, private_name) -> None:
@@ -594,7 +598,7 @@ def _rename_into_generation(node, private_name) -> None:
         control = text.startswith("^")
         name, port = parse_input(text.lstrip("^"))
         renamed = private_name(name)
-        node.input[slot] = "^" + renamed if control else (renamed if port == 0 else "%s:%d" % (renamed, port))
+        node.input[slot] = "^" + renamed if control else _input_text(renamed, port)
     if "_class" in node.attr:
         locations = [b"loc:@" + private_name(c[len(b"loc:@"):].decode()).encode()
                      for c in node.attr["_class"].list.s]

@@ -33,6 +33,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from ..doctor.limits import limits_for
 from ..user_log import log_info
 from .heal_memory import HEAL_FILE_ENV, remember_healed, write_heal_file
@@ -481,8 +483,6 @@ class StepWatch:
 
 def _nonfinite_feeds(feeds) -> List[str]:
     """The names of the floating tensors in ``feeds`` (a run's feed dict) fed inf or nan."""
-    import numpy as np
-
     names = []
     for key, value in (feeds or {}).items():
         array = np.asarray(value) if not hasattr(value, "dtype") else value

@@ -37,7 +37,7 @@ _ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSu
                "AssignAddVariableOp")
 # tf.gradients' default name scope, at the top or under another (Keras' optimizers take
 # theirs under "training/<Optimizer>/gradients/").
-_GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
+GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _VARIABLE_OPS = ("VariableV2", "VarHandleOp")
 _GRADIENT_SEED = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+$")  # tf.gradients' seed of ones
 _GRADIENT_STOPS = ("StopGradient", "PreventGradient")
@@ -69,7 +69,7 @@ def unscaled_updates(graph, dtype: str) -> List:
         assigns = [op for op in assigns if op.inputs[0].op.name in trainable]
     if assigns:
         from_gradients = _downstream_of(graph, [op for op in graph.get_operations()
-                                                if _GRADIENT_SCOPE.search(op.name)])
+                                                if GRADIENT_SCOPE.search(op.name)])
         updates.extend(op for op in assigns if op in from_gradients)
     if signals and updates:
         scaled = _downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph]
@@ -99,19 +99,26 @@ def unscaled_backprops(graph, converted) -> Dict[str, str]:
     """``{op name: scope}``: the ops of each ``tf.gradients`` call of ``graph`` (its scope,
     "gradients_1") that holds a node of ``converted`` (names), whose loss no loss scale
     multiplies, and whose results reach no update (module docstring)."""
+    calls = unscaled_gradient_calls(graph, _loss_scale_variables(graph, step_signals(graph)))
+    result = {}
+    for scope, ops in calls.items():
+        if any(op.name in converted for op in ops) and not _reaches_an_update(ops):
+            result.update((op.name, scope) for op in ops)
+    return result
+
+
+def unscaled_gradient_calls(graph, scales) -> Dict[str, List]:
+    """``{scope: ops}``: the ``tf.gradients`` calls of ``graph`` (each seeded under its own
+    scope, "gradients", "gradients_1", ...) none of whose ops reads any of ``scales``, the
+    loss scales' ops, directly or not: gradients of a loss no loss scale multiplies."""
     operations = graph.get_operations()
-    scopes = {op.name[:op.name.rindex("/grad_ys_")] for op in operations if _GRADIENT_SEED.search(op.name)}
+    scopes = sorted({op.name[:op.name.rindex("/grad_ys_")] for op in operations
+                     if _GRADIENT_SEED.search(op.name)})
     if not scopes:
         return {}
-    members = {scope: [op for op in operations if op.name.startswith(scope + "/")] for scope in scopes}
-    scaled = _downstream_of(graph, _loss_scale_variables(graph, step_signals(graph)))
-    result = {}
-    for scope, ops in sorted(members.items()):
-        if (not any(op.name in converted for op in ops) or any(op in scaled for op in ops)
-                or _reaches_an_update(ops)):
-            continue
-        result.update((op.name, scope) for op in ops)
-    return result
+    scaled = _downstream_of(graph, scales)
+    calls = {scope: [op for op in operations if op.name.startswith(scope + "/")] for scope in scopes}
+    return {scope: ops for scope, ops in calls.items() if not any(op in scaled for op in ops)}
 
 
 def _reaches_an_update(ops) -> bool:
