@@ -94,3 +94,25 @@ def test_graph_without_allow_ops_is_unchanged_and_says_why():
     assert result.graph_def == graph_def
     assert any("nothing to convert" in note for note in result.report.notes)
     assert run_graph(result.graph_def, "out:0", {"x:0": np.ones(2, np.float32)}).dtype == np.float32
+
+
+def test_a_float64_model_is_left_as_it_is_and_its_line_says_why():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float64, [2, 4], name="x")
+        w = tf.constant(np.ones((4, 3)), tf.float64)
+        tf.identity(tf.matmul(tf.matmul(x, w), tf.transpose(w)), name="out")
+    graph_def = graph.as_graph_def()
+    report = rewrite_graph_def(graph_def, fetches=["out"], target="cpu").report
+    assert report.nodes_converted == 0
+    assert "2 allow-list node(s) compute in float64" in report.one_line()
+    assert "nothing to convert" in report.one_line()
+
+
+def test_a_line_that_converts_says_nothing_of_nothing_to_convert():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        tf.identity(tf.matmul(x, tf.ones([4, 3])), name="out")
+    report = rewrite_graph_def(graph.as_graph_def(), fetches=["out"], target="cpu").report
+    assert report.nodes_converted > 0 and report.nothing_converted_because is None

@@ -18,6 +18,18 @@ from .painter import Paint
 from .report import NodeDecision, RewriteReport
 
 Reason = Tuple[str, str, Optional[str]]  # (rule, sentence, related node)
+_OTHER_FLOATS = ("float64", "float16", "bfloat16")
+
+
+def _why_nothing_to_convert(other_precision: Dict[str, int]) -> str:
+    """The note for a graph with no eligible float32 allow-list op, naming the other
+    precisions its allow-list ops compute in (a float64 model is left as it is)."""
+    text = "no eligible allow-list op computes in float32: nothing to convert"
+    if other_precision:
+        text += " (%s; the pass converts float32 only)" % ", ".join(
+            "%d allow-list node(s) compute in %s" % (count, word)
+            for word, count in sorted(other_precision.items()))
+    return text
 
 
 class ReportBuilder:
@@ -39,9 +51,15 @@ class ReportBuilder:
     def build(self, report: RewriteReport) -> RewriteReport:
         view = self.view
         report.nodes_total = len(view.nodes)
+        other_precision: Dict[str, int] = {}  # eligible allow-list nodes with no float32 type
+        float32_allow = 0
         for node in range(len(view.nodes)):
             floats = self._float_vertices(node)
             decision = self.decide(node, floats)
+            if decision.category == "allow" and self.eligible[node]:
+                float32_allow += bool(floats)
+                for word in () if floats else self._other_float_types(node):
+                    other_precision[word] = other_precision.get(word, 0) + 1
             report.decisions.append(decision)
             counts = report.op_counts.setdefault(decision.op, {"total": 0, "converted": 0})
             counts["total"] += 1
@@ -67,8 +85,9 @@ class ReportBuilder:
                 if not is_variable_read(view, view.index[cast.source]):
                     report.casts_to_half_excluding_constants += 1
         report.casts_added = len(self.applied.casts)
-        if self.paint.nothing_to_do:
-            report.notes.append("no eligible allow-list op found: nothing to convert")
+        if self.paint.nothing_to_do or not (float32_allow or report.nodes_converted):
+            report.nothing_converted_because = _why_nothing_to_convert(other_precision)
+            report.notes.append(report.nothing_converted_because)
         unknown = sorted({view.ops[i] for i, op_def in enumerate(view.op_defs) if op_def is None})
         if unknown:
             report.notes.append("unknown op type(s) kept as float32 boundaries: " + ", ".join(unknown))
@@ -94,6 +113,12 @@ class ReportBuilder:
         view = self.view
         dtypes, attrs = view.vertex_dtype, view.vertex_attr
         return [v for v in view.vertices[node].values() if dtypes[v] == DT_FLOAT and attrs[v][0]]
+
+    def _other_float_types(self, node: int) -> List[str]:
+        """The floating types other than float32 a node's type attributes hold."""
+        view = self.view
+        words = {dtype_name(view.vertex_dtype[v]) for v in view.vertices[node].values()}
+        return sorted(word for word in words if word in _OTHER_FLOATS)
 
     def _dtype_after(self, node: int, converted: bool, floats: List[int]) -> str:
         if converted:

@@ -65,6 +65,8 @@ class RewriteReport:
     decisions: List[NodeDecision] = field(default_factory=list)
     functions: List[FunctionReport] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    # Why the pass converted nothing, when it found no float32 allow-list op to start from.
+    nothing_converted_because: Optional[str] = None
     # Probable mistakes in the settings (a misspelled environment variable or op type).
     warnings: List[str] = field(default_factory=list)
     # FLOP share in half and multiple-of-8 diagnostics; filled by tensor_cores.diagnose
@@ -87,12 +89,16 @@ class RewriteReport:
         raise KeyError("no node named %r in the report" % name)
 
     def one_line(self) -> str:
-        """The rewrite in one line, as NVIDIA's pass logs it, with the settings that made it."""
-        return ("converted %d of %d eligible nodes (%d in all) to %s using %d cast(s) to %s "
+        """The rewrite in one line, as NVIDIA's pass logs it, with the settings that made it
+        (and why nothing was converted, when nothing was)."""
+        line = ("converted %d of %d eligible nodes (%d in all) to %s using %d cast(s) to %s "
                 "(excluding Const and Variable casts); compat=%s target=%s numerics=%s" % (
                     self.nodes_converted, self.nodes_processable, self.nodes_total, self.dtype,
                     self.casts_to_half_excluding_constants, self.dtype, self.compat, self.target,
                     self.numerics))
+        if self.nothing_converted_because:
+            line += "; " + self.nothing_converted_because
+        return line
 
     def summary(self, max_op_rows: int = 40) -> str:
         """NVIDIA's pass-summary fields, TensorFlow's one-line log, counts per op type, Tensor Cores."""

@@ -84,6 +84,7 @@ DEFINITIONS = {
             {"total": INTEGER, "converted": INTEGER})},
         "casts": _array(_ref("CastInfo")), "decisions": _array(_ref("NodeDecision")),
         "functions": _array(_ref("FunctionReport")), "notes": STRINGS, "warnings": STRINGS,
+        "nothing_converted_because": NULLABLE_STRING,
         "tensor_cores": _nullable("TensorCoreReport"), "numerics": {"enum": ["native", "emulate"]},
         "emulation": _nullable("EmulationReport")}, closed=False),
     "EmulationReport": _object({"nodes": INTEGER, "rounding_casts": INTEGER, "widening_casts": INTEGER,
