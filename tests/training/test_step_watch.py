@@ -245,6 +245,37 @@ def test_a_step_fed_inf_is_said_to_be_fed_it_and_nothing_is_healed(caplog):
     assert "every step is skipped" not in caplog.text          # not 'nothing found'
 
 
+@pytest.mark.parametrize("fed", ["finite", "inf"])
+def test_a_step_fed_a_sparse_tensor_is_diagnosed(caplog, fed):
+    """A recommender's sparse features (``sparse_placeholder``, a SparseTensorValue): the
+    diagnosis of its skipped steps reads the run's feeds, and names sparse values fed inf
+    as it names dense ones, rather than failing on the sparse value."""
+    graph = tf.Graph()
+    with graph.as_default():
+        features = tf1.sparse_placeholder(tf.float32, name="features")
+        embeddings = tf1.get_variable("embeddings", [20, 8], initializer=tf1.ones_initializer())
+        w = tf1.get_variable("w", [8, 8], initializer=tf1.constant_initializer(300.0))
+        hidden = tf1.sparse_tensor_dense_matmul(features, embeddings)
+        logits = tf.matmul(tf.matmul(hidden, w), w, name="logits")  # 2.9e7: past float16
+        loss = tf.reduce_mean(tf.square(logits)) * 1e-12
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    values = np.array([5.0, np.inf if fed == "inf" else 5.0], np.float32)
+    batch = tf1.SparseTensorValue(indices=np.array([[0, 1], [1, 3]]), values=values,
+                                  dense_shape=np.array([2, 20]))
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(20):
+                session.run(train_op, {features: batch})
+    said = [r.getMessage() for r in caplog.records if "because the run was fed inf/nan" in r.getMessage()]
+    if fed == "inf":
+        assert len(said) == 1 and "'features/values:0' holds inf/nan" in said[0]
+    else:
+        assert said == [] and [h.culprit for h in session.heals][:1] == ["logits:0"]
+
+
 def test_a_write_of_a_skipped_steps_gradients_is_said_before_and_after(monkeypatch, caplog):
     """SAM's perturbation w += rho * g / |g|, g from the loss-scaled compute_gradients: the
     first run that computes it says it writes a skipped step's inf/nan into w, and when the
@@ -317,6 +348,8 @@ def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
     assert "online/q/MatMul" in heal.nodes and "target/q/MatMul" in heal.nodes
     (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
     assert "with 'target/q/MatMul', the same layer under another scope" in healed
+    (finding,) = [r.getMessage() for r in caplog.records if "are being skipped" in r.getMessage()]
+    assert "'^target/q/MatMul$'" in finding  # the user's own edit keeps the twin too
 
 
 def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():

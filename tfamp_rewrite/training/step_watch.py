@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -346,6 +347,8 @@ class StepWatch:
     def _named(self, finding: Finding, guard: SkipGuard, signals, run_private) -> None:
         trajectory = guard.episode.trajectory()
         culprit = finding.culprits[0]
+        # The same layers under another top scope (a target network) are kept with them.
+        twins = twin_nodes(self.shadow.user_graph, finding.half_nodes, self.shadow.converted_now())
         heal = Heal(nodes=list(finding.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
                     trajectory=trajectory, env=finding.fix.env, presumed=culprit.presumed,
@@ -364,7 +367,7 @@ class StepWatch:
                 they, len(self.heals) + 1, self.max_heals)
         else:
             then = "no more heals in this session"
-        _logger.warning(_finding_message(finding, trajectory, self.shadow.dtype, then))
+        _logger.warning(_finding_message(finding, twins, trajectory, self.shadow.dtype, then))
         if not can_heal:
             if self.auto_fix and not collective and not self._said_final:
                 self._said_final = True
@@ -375,7 +378,6 @@ class StepWatch:
                                    "heals there and the next starts from them, so heals beyond "
                                    "one session's limit add up over runs" % HEAL_FILE_ENV))
             return
-        twins = twin_nodes(self.shadow.user_graph, finding.half_nodes, self.shadow.converted_now())
         heal.nodes += twins
         report = self.shadow.heal(heal.nodes)
         self.heals.append(heal)
@@ -482,12 +484,17 @@ class StepWatch:
 
 
 def _nonfinite_feeds(feeds) -> List[str]:
-    """The names of the floating tensors in ``feeds`` (a run's feed dict) fed inf or nan."""
+    """The names of the floating tensors in ``feeds`` (a run's feed dict) fed inf or nan; a
+    sparse feed is named by its values tensor."""
     names = []
     for key, value in (feeds or {}).items():
-        array = np.asarray(value) if not hasattr(value, "dtype") else value
-        if getattr(array, "dtype", None) is not None and np.issubdtype(array.dtype, np.floating) \
-                and not np.isfinite(array).all():
+        if hasattr(key, "dense_shape"):  # a SparseTensor, fed a SparseTensorValue or a triple
+            key, value = key.values, value.values if hasattr(value, "values") else value[1]
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError):  # not one array (a ragged list): TensorFlow rejects it
+            continue
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
             names.append(getattr(key, "name", str(key)))
     return names
 
@@ -500,8 +507,10 @@ def _runs_collectives(graph) -> bool:
 MOST_CULPRITS_SAID = 4  # a warning names this many culprits, then counts the others
 
 
-def _finding_message(finding: Finding, trajectory: str, dtype: str, then: str) -> str:
+def _finding_message(finding: Finding, twins: List[str], trajectory: str, dtype: str,
+                     then: str) -> str:
     culprits = finding.culprits
+    nodes_to_exclude = finding.fix.nodes_to_exclude + ["^%s$" % re.escape(t) for t in twins]
     if len(culprits) == 1:
         cause = "%s, which does not fit %s whatever the loss scale. Keep it" % (
             _culprit_said(culprits[0]), dtype)
@@ -513,7 +522,7 @@ def _finding_message(finding: Finding, trajectory: str, dtype: str, then: str) -
                  "another's inf/nan: %s. Keep them" % (len(culprits), dtype, said))
     return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s "
             "float32 with %s (or nodes_to_exclude=%s); %s." % (
-                trajectory, cause, finding.fix.env, finding.fix.nodes_to_exclude, then))
+                trajectory, cause, finding.fix.env, nodes_to_exclude, then))
 
 
 def _culprit_said(culprit: Culprit) -> str:
