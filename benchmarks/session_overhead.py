@@ -1,9 +1,9 @@
 """Per-run overhead of tfamp_rewrite.Session, and step time of our LossScaleOptimizer.
 
-1. ``Session.run`` overhead: a tiny graph (``a + b`` with a fed ``a``) run many times by
-   ``tf.compat.v1.Session`` and by ``tfamp_rewrite.Session`` (rewrite target ``cpu``),
-   alternating run by run; prints median microseconds per run and our extra cost.
-   Target: <= 20 us per run.
+1. ``Session.run`` overhead: tiny graphs (``a + 1`` with a fed ``a``, and one loss-scaled
+   training step whose rewrite converts nothing) run many times by ``tf.compat.v1.Session``
+   and by ``tfamp_rewrite.Session`` (rewrite target ``cpu``), alternating run by run; prints
+   median microseconds per run and our extra cost.  Target: <= 20 us per inference run.
 2. Training step time: the same float32 conv-net graph trained through
    ``tfamp_rewrite.LossScaleOptimizer`` and through TensorFlow's
    ``tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`` (both dynamic loss
@@ -46,28 +46,63 @@ def time_runs(session, fetch, feed, runs):
     return (time.perf_counter() - start) / runs
 
 
-def session_overhead(runs):
-    """Median single-run times (plain, ours) and the median per-pair difference.
+DEEP_LAYERS = 2000  # about 10,000 nodes
+
+
+def tiny_graph(kind):
+    """``((our session, TensorFlow's), fetch, feed)``: ``a + 1`` with a fed ``a``
+    ("inference"), ``DEEP_LAYERS`` elementwise layers on it ("inference, deep": costs that grow
+    with the graph show there), or one dynamically loss-scaled gradient-descent step on ``w * a``
+    ("training step": no allow-list op, so the rewrite converts nothing and both sessions run
+    the same kernels; TensorFlow's runs the graph with its unscale group fused, as ours does
+    when the compiled op is there)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf1.placeholder(tf.float32, [4], name="a")
+        if kind == "inference":
+            fetch = a + tf.constant(1.0)
+        elif kind == "inference, deep":  # no allow-list op either: what grows is the graph
+            fetch = a
+            for layer in range(DEEP_LAYERS):
+                fetch = tf.nn.relu(fetch * tf.constant(1.0) + tf.constant(0.0), name="layer%d" % layer)
+        else:
+            w = tf1.get_variable("w", [4], initializer=tf1.ones_initializer())
+            optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01),
+                                                         "dynamic")
+            fetch = optimizer.minimize(tf.reduce_sum(tf.square(w * a)))
+            init = tf1.global_variables_initializer()
+    theirs = graph
+    if kind == "training step" and tfamp_rewrite.fused_op_available():
+        graph_def = graph.as_graph_def()
+        assert fuse_unscale_groups(graph_def)[0], "no unscale group to fuse"
+        theirs = tf.Graph()
+        with theirs.as_default():
+            tf1.import_graph_def(graph_def, name="")
+    sessions = tfamp_rewrite.Session(graph=graph), tf1.Session(graph=theirs)
+    if kind == "training step":
+        for session in sessions:
+            session.run(init.name)
+    return sessions, fetch.name, {a.name: np.ones(4, np.float32)}
+
+
+def session_overhead(runs, kind="inference"):
+    """Median single-run times (plain, ours) and the median per-pair difference, for a
+    ``tiny_graph`` of ``kind``.
 
     The sessions alternate run by run and every run is timed on its own, so the medians
     ignore the interruptions a shared machine inflicts on a few runs.
     """
-    graph = tf.Graph()
-    with graph.as_default():
-        a = tf1.placeholder(tf.float32, [], name="a")
-        total = a + tf.constant(1.0)
-    feed = {a: 1.0}
-    plain, ours = tf1.Session(graph=graph), tfamp_rewrite.Session(graph=graph)
+    (ours, plain), fetch, feed = tiny_graph(kind)
     for session in (plain, ours):
-        time_runs(session, total, feed, 200)  # warm up
+        time_runs(session, fetch, feed, 200)  # warm up
     clock = time.perf_counter
     plain_times, our_times = [], []
     for i in range(runs):
         first, second = (plain, ours) if i % 2 else (ours, plain)
         start = clock()
-        first.run(total, feed)
+        first.run(fetch, feed)
         middle = clock()
-        second.run(total, feed)
+        second.run(fetch, feed)
         end = clock()
         (plain_times, our_times)[first is ours].append(middle - start)
         (plain_times, our_times)[second is ours].append(end - middle)
@@ -140,14 +175,15 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=20000)
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args(argv)
-    plain, ours, overhead = session_overhead(args.runs)
-    print("\nSession.run on a tiny graph (%d runs each, alternating; medians of single runs)"
+    print("\nSession.run on small graphs (%d runs each, alternating; medians of single runs)"
           % args.runs)
-    print("  %-30s %10s" % ("session", "us/run"))
-    print("  %-30s %10.1f" % ("tf.compat.v1.Session", plain * 1e6))
-    print("  %-30s %10.1f" % ("tfamp_rewrite.Session", ours * 1e6))
-    print("  overhead: %.1f us per run, median of the paired differences (target <= 20)"
-          % (overhead * 1e6))
+    print("  %-16s %12s %12s %12s" % ("run", "TF us/run", "ours us/run", "overhead us"))
+    for kind in ("inference", "inference, deep", "training step"):
+        plain, ours, overhead = session_overhead(args.runs, kind)
+        print("  %-16s %12.1f %12.1f %12.1f" % (kind, plain * 1e6, ours * 1e6, overhead * 1e6))
+    print("  overhead: median of the paired differences; target <= 20 us for an inference run.")
+    print("  A training step's run also fetches its step's finite flag and loss scale, and after")
+    print("  it the session looks at them (skip watch): the Python work per run is all there is.")
     print("\nTraining step, same fp32 graph, dynamic loss scaling (fused op: %s), ms/step"
           % tfamp_rewrite.fused_op_available())
     print("  %-36s %8s %8s %8s %10s %10s" % ("graph", "TF", "stock", "fused", "stock/TF", "fused/TF"))

@@ -146,7 +146,7 @@ class _RewritingSession:
     def _sync(self) -> None:
         """Brings the private graph up to date, and what the unscaled-training watch knows."""
         self._shadow.sync()
-        self._unscaled.graph_changed(self._user_graph, self._shadow.dtype, self._shadow.converted_now())
+        self._unscaled.graph_changed(self._user_graph, self._shadow.dtype, self._shadow.converted_now)
 
     def _map_fetches(self, fetches):
         return map_fetch_structure(fetches, self._shadow.private_fetch)

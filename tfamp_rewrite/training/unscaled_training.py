@@ -160,15 +160,16 @@ class UnscaledTrainingWatch:
         self._said_unguarded = False
         self._said_backprop = False
 
-    def graph_changed(self, graph, dtype: str, converted=frozenset()) -> None:
-        """``converted``: the names of the nodes the session's rewrite converts."""
+    def graph_changed(self, graph, dtype: str, converted=frozenset) -> None:
+        """``converted()``: the names of the nodes the session's rewrite converts (asked for
+        only when the graph changed: every run calls this)."""
         if graph.version == self._version:
             return
         self._version = graph.version
         self._updates = {} if self._said else {op.name: op.type for op in unscaled_updates(graph, dtype)}
         self._unguarded = {} if self._said_unguarded else unguarded_writes(graph)
         self._backprops = ({} if self._said_backprop or dtype != "float16"
-                           else unscaled_backprops(graph, converted))
+                           else unscaled_backprops(graph, converted()))
         self._checked.clear()
 
     def before_run(self, elements) -> None:
