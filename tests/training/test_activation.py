@@ -344,11 +344,12 @@ def test_deactivate_restores_tensorflow_exactly():
     assert not activation.graph_rewrite_enabled() and not activation.loss_scaling_enabled()
 
 
-@pytest.mark.parametrize("use", ["adversarial_example", "training_step"])
+@pytest.mark.parametrize("use", ["adversarial_example", "scaled_by_the_user", "training_step"])
 def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, use):
     """FGSM: tf.gradients(loss, x) in float16 with no loss scale loses its small entries; the
-    first run computing it says so.  The same model's loss-scaled training step, whose
-    gradients an optimizer applies, is not warned about."""
+    first run computing it says so.  Not when the user followed the advice (the loss times
+    1024), nor for the same model's loss-scaled training step, whose gradients an
+    optimizer applies."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
@@ -361,8 +362,9 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
         w = tf1.get_variable("w", initializer=(rng.standard_normal([16, 4]) * 0.5).astype(np.float32))
         loss = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
             labels=y, logits=tf.matmul(x, w)))
-        if use == "adversarial_example":
-            (gradient,) = tf1.gradients(loss, [x])
+        if use in ("adversarial_example", "scaled_by_the_user"):
+            scale = 1024.0 if use == "scaled_by_the_user" else 1.0  # the warning's advice
+            (gradient,) = tf1.gradients(loss * scale if scale != 1.0 else loss, [x])
             fetch = tf.stop_gradient(x + 0.1 * tf.sign(gradient))
         else:
             fetch = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)

@@ -18,7 +18,8 @@ that computes one says so once.
 Gradients used as values -- ``tf.gradients(loss, x)`` for an adversarial example (FGSM) or
 a saliency map -- are no optimizer's, so nothing scales their loss, and computed in float16
 their small entries flush to zero: ``unscaled_backprops`` finds the ``tf.gradients`` calls
-with converted nodes whose loss no loss scale multiplies and whose results reach no update
+with converted nodes whose loss no loss scale multiplies (nor a constant of the user's,
+``loss * 1024.``, which is the advised fix) and whose results reach no update
 (past a ``stop_gradient``, an adversarial example's does not), and the first run that
 computes one says so once.
 """
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import re
 from typing import Dict, List
+
+import tensorflow as tf
 
 from .devices import log_once
 from .keras_compat import loss_scale_optimizer_name
@@ -97,12 +100,15 @@ def unguarded_writes(graph) -> Dict[str, str]:
 
 def unscaled_backprops(graph, converted) -> Dict[str, str]:
     """``{op name: scope}``: the ops of each ``tf.gradients`` call of ``graph`` (its scope,
-    "gradients_1") that holds a node of ``converted`` (names), whose loss no loss scale
-    multiplies, and whose results reach no update (module docstring)."""
+    "gradients_1") that holds a node of ``converted`` (names), whose loss neither a loss
+    scale nor a constant of the user's multiplies, and whose results reach no update
+    (module docstring).  A gradient penalty's inner call reaches one, and is left out: the
+    entries that flush are those below 6e-8, whose squares add nothing to a norm."""
     calls = unscaled_gradient_calls(graph, _loss_scale_variables(graph, step_signals(graph)))
     result = {}
     for scope, ops in calls.items():
-        if any(op.name in converted for op in ops) and not _reaches_an_update(ops):
+        if (any(op.name in converted for op in ops) and not _reaches_an_update(ops)
+                and not any(_scaled_by_a_constant(loss) for loss in _losses_of(graph, scope))):
             result.update((op.name, scope) for op in ops)
     return result
 
@@ -112,13 +118,49 @@ def unscaled_gradient_calls(graph, scales) -> Dict[str, List]:
     scope, "gradients", "gradients_1", ...) none of whose ops reads any of ``scales``, the
     loss scales' ops, directly or not: gradients of a loss no loss scale multiplies."""
     operations = graph.get_operations()
-    scopes = sorted({op.name[:op.name.rindex("/grad_ys_")] for op in operations
-                     if _GRADIENT_SEED.search(op.name)})
+    scopes = _call_scopes(graph)
     if not scopes:
         return {}
     scaled = _downstream_of(graph, scales)
     calls = {scope: [op for op in operations if op.name.startswith(scope + "/")] for scope in scopes}
     return {scope: ops for scope, ops in calls.items() if not any(op in scaled for op in ops)}
+
+
+def _call_scopes(graph) -> List[str]:
+    """The scopes of ``graph``'s ``tf.gradients`` calls ("gradients", "gradients_1", ...)."""
+    return sorted({op.name[:op.name.rindex("/grad_ys_")] for op in graph.get_operations()
+                   if _GRADIENT_SEED.search(op.name)})
+
+
+def _losses_of(graph, scope: str) -> List:
+    """The ops whose outputs the ``tf.gradients`` call under ``scope`` differentiates: those
+    its seeds are read by the gradients of (``<scope>/<loss>_grad/...``)."""
+    losses = []
+    for op in graph.get_operations():
+        if op.name.startswith(scope + "/grad_ys_"):
+            for reader in (c for t in op.outputs for c in t.consumers()):
+                name = reader.name[len(scope) + 1:]
+                if reader.name.startswith(scope + "/") and "_grad/" in name:
+                    try:
+                        losses.append(graph.get_operation_by_name(name[:name.index("_grad/")]))
+                    except KeyError:
+                        pass
+    return losses
+
+
+def _scaled_by_a_constant(loss) -> bool:
+    """Whether ``loss`` is a product with a constant of 2 or more (``loss * 1024.``): the
+    user's own fixed loss scale."""
+    if loss.type != "Mul":
+        return False
+    for operand in loss.inputs:
+        while operand.op.type in ("Cast", "Identity") and operand.op.inputs:
+            operand = operand.op.inputs[0]
+        if operand.op.type == "Const":
+            value = tf.compat.v1.make_ndarray(operand.op.get_attr("value"))
+            if value.size == 1 and abs(float(value.reshape(()))) >= 2:
+                return True
+    return False
 
 
 def _reaches_an_update(ops) -> bool:
@@ -214,8 +256,11 @@ class UnscaledTrainingWatch:
             "tfamp_rewrite: this run computes tf.gradients of a loss no loss scale multiplies "
             "(%r) in float16, and uses them as values, not as an optimizer's update: gradient "
             "entries below 6e-8 flush to zero there (an input gradient for FGSM or a saliency "
-            "map loses its small entries). Multiply the loss by a constant such as 1024 before "
-            "tf.gradients and divide the gradients by it (said once)." % scope)
+            "map loses its small entries). Multiply the loss by a constant before tf.gradients "
+            "(1024, or less where the gradients times it would pass 65504), and divide the "
+            "results by it in numpy, or not at all where only their direction counts (FGSM's "
+            "sign, a normalised map): divided in float16, the smallest entries flush again "
+            "(said once)." % scope)
 
     def _say_unguarded(self, names: List[str]) -> None:
         log_once(
