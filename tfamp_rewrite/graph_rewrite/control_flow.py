@@ -39,7 +39,7 @@ def control_flow_of(ops: Sequence[str], inputs: Sequence[Sequence[int]]) -> Dict
     port order, then control inputs (a loop's Switch is told by its input 1, the predicate).
     """
     contexts: List[Tuple[str, ...]] = [()] * len(ops)
-    for i in _producers_first(ops, inputs):
+    for i in producers_first(ops, inputs):
         op, sources = ops[i], inputs[i]
         loop_merge = op in _MERGE and any(ops[s] in _NEXT_ITERATION for s in sources)
         if loop_merge:  # its back edge is left out: the Enter's frame is its context
@@ -86,7 +86,7 @@ def _closed(context: Tuple[str, ...], kind: str) -> Tuple[str, ...]:
     return context  # malformed: nothing of that kind is open
 
 
-def _producers_first(ops: Sequence[str], inputs: Sequence[Sequence[int]]) -> List[int]:
+def producers_first(ops: Sequence[str], inputs: Sequence[Sequence[int]]) -> List[int]:
     """Every node, producers before consumers, a NextIteration's edges left out (Kahn's
     algorithm; nodes on other cycles, which a valid graph has none of, come last)."""
     readers: List[List[int]] = [[] for _ in ops]

@@ -13,6 +13,10 @@ says, once per session, the first such run that
 naming what it can, with what float16 may have done and how to keep the node float32.
 The hidden inf/nan check (hidden_non_finite.py) costs a few ops and a fetch, so it runs on
 each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``CHECK_THEN``.
+
+Once that is said, the next inference runs (at most ``ORIGIN_RUNS``) each fetch whether
+the tensors of their half region hold inf/nan (non_finite_origin.py), and the first run
+that shows one says, once more, where it starts and the edit that keeps it float32.
 """
 from __future__ import annotations
 
@@ -22,12 +26,16 @@ from typing import Optional
 
 import numpy as np
 
+from ..doctor.fixes import fix_for
+from ..doctor.probes import HalfNode
 from .devices import log_once
 from .hidden_non_finite import HiddenNonFinite
+from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
 from .shadow_graph import ancestors
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
 CHECK_THEN = 16       # one such run in this many
+ORIGIN_RUNS = 8       # inference runs that look for the origin, once inf/nan was said
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
@@ -40,11 +48,16 @@ class InferenceWatch:
         self.shadow = shadow
         self.said = False
         self._hidden = HiddenNonFinite(shadow)
+        self._origin = NonFiniteOrigin(shadow)
+        self._origin_runs = ORIGIN_RUNS
         self._runs = 0
 
     def hidden_fetches(self, elements, fed=()):
-        """``HiddenNonFinite.fetches`` for this inference run, or None when it does not check
-        (``check_due``)."""
+        """What this inference run fetches besides, for ``after_run``: before anything is
+        said, ``HiddenNonFinite.fetches`` (or None when it does not check, ``check_due``);
+        after, ``NonFiniteOrigin.fetches`` until an origin is said or ``ORIGIN_RUNS`` ran."""
+        if self.said:
+            return self._origin.fetches(elements, fed) if self._origin_runs > 0 else None
         return self._hidden.fetches(elements, fed) if self.check_due() else None
 
     def hidden_plan(self, elements, fed=()):
@@ -63,6 +76,8 @@ class InferenceWatch:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one."""
         if self.said:
+            if hidden is not None and hidden_statuses is not None and self._origin_runs > 0:
+                self._after_origin_run(NonFiniteOrigin.first(hidden[0], hidden_statuses))
             return
         found = _non_finite_leaf(fetches, values)
         if found is not None:
@@ -92,12 +107,49 @@ class InferenceWatch:
             self._say("failed in %s, which %s nodes lie upstream of (a metric's range check fails "
                       "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it")
 
+    def _after_origin_run(self, origin: Optional[Origin]) -> None:
+        if origin is None:
+            self._origin_runs -= 1
+            return
+        self._origin_runs = 0
+        keep = origin.nodes_to_keep()
+        if not keep:
+            log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside float16: "
+                     "%s %r holds it before any float16 node reads it, so mixed precision did not "
+                     "cause it (said once)" % (
+                         "the fed value" if origin.kind == FED else "the float32 value", origin.tensor))
+            return
+        if origin.kind == ADDED and not origin.source_half:
+            where = ("the float32 value of %r (%s) does not fit %s where %s read%s it" % (
+                origin.node, origin.op, self.shadow.dtype, ", ".join(repr(n) for n in keep[:4]),
+                "s" if len(keep) == 1 else ""))
+        else:
+            where = "%r (%s) is the first %s node computing inf/nan" % (
+                origin.node, origin.op, self.shadow.dtype)
+        log_once("tfamp_rewrite: found where the inf/nan starts (a later run of the rewritten "
+                 "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
+                     where, "them" if len(keep) > 1 else "it", self._deny_list_edit(keep),
+                     ["^%s$" % re.escape(name) for name in keep]))
+
+    def _deny_list_edit(self, names) -> str:
+        """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
+        graph = self.shadow.user_graph
+        categories = {}
+        for report in self.shadow.reports:
+            for decision in report.decisions:
+                if decision.name in names:
+                    categories[decision.name] = decision.category
+        nodes = [HalfNode(name, graph.get_operation_by_name(name).type, categories.get(name))
+                 for name in names]
+        return fix_for(nodes).env
+
     def _say(self, what: str, then: str = "If float32 gives finite values there") -> None:
         self.said = True
         log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
                  "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
-                 "tfamp-rewrite doctor names the node, and nodes_to_exclude or "
-                 "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps it float32 (said once)"
+                 "the next such runs look for the node (tfamp-rewrite doctor names it too), and "
+                 "nodes_to_exclude or TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps "
+                 "it float32 (said once)"
                  % (what, then, self.shadow.dtype, self.shadow.dtype))
 
 

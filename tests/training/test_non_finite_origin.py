@@ -1,0 +1,92 @@
+"""Where the inf/nan of an inference run starts (non_finite_origin.py, inference_watch.py).
+
+The first inference run returning inf/nan is said at once, naming the fetched tensor; the
+next runs look for the origin and name the node to keep float32 -- which is not the fetched
+one when the overflow happened upstream (a GP's test kernel, read by the predictive mean).
+"""
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfamp_rewrite.training import inference_watch
+from tfamp_rewrite.training.session import Session
+
+tf1 = tf.compat.v1
+ORIGIN = "found where the inf/nan starts"
+
+
+@pytest.fixture(autouse=True)
+def cpu_target_and_fresh_log(monkeypatch):
+    from tfamp_rewrite.training import devices, shadow_graph
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())
+    monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+
+
+def origin_lines(caplog):
+    return [r.getMessage() for r in caplog.records if ORIGIN in r.getMessage()
+            or "starts outside float16" in r.getMessage()]
+
+
+def two_layer_graph(first_input="fed"):
+    """``out = relu(x @ w1) @ w2``: x of 300 makes the first MatMul 1.2e5, past float16;
+    the second reads its inf and returns it.  ``first_input="exp"``: x goes through a float32
+    ``Exp`` (deny list) first, so the value past float16 is float32's, cast for the MatMul."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        source = tf.exp(x, name="grow") if first_input == "exp" else x
+        hidden = tf.matmul(source, tf.constant(np.full((4, 16), 100.0, np.float32)), name="kernel")
+        tf.matmul(tf.nn.relu(hidden), tf.constant(np.full((16, 2), 0.01, np.float32)), name="out")
+    return graph
+
+
+def run_three_times(graph, value, caplog):
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            return [session.run("out:0", {"x:0": value}) for _ in range(3)]
+
+
+@pytest.mark.parametrize("numerics", ["native", "emulate"])
+def test_the_node_that_overflowed_is_named_not_the_fetched_one(monkeypatch, caplog, numerics):
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", numerics)
+    values = run_three_times(two_layer_graph(), np.full([2, 4], 300.0, np.float32), caplog)
+    assert not np.isfinite(values[0]).any()
+    assert "returned inf/nan in 'out:0'" in caplog.text
+    (line,) = origin_lines(caplog)
+    assert "'kernel' (MatMul) is the first float16 node computing inf/nan" in line
+    assert "nodes_to_exclude=['^kernel$']" in line and "DENYLIST_ADD=MatMul" in line
+    for later in values[1:]:  # the search changes nothing the runs return
+        np.testing.assert_array_equal(later, values[0])
+
+
+@pytest.mark.parametrize("numerics", ["native", "emulate"])
+def test_a_float32_value_past_the_half_range_names_its_half_readers(monkeypatch, caplog, numerics):
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", numerics)
+    run_three_times(two_layer_graph("exp"), np.full([2, 4], 12.0, np.float32), caplog)  # e^12 = 1.6e5
+    (line,) = origin_lines(caplog)
+    assert "the float32 value of 'grow' (Exp) does not fit float16 where 'kernel' reads it" in line
+    assert "nodes_to_exclude=['^kernel$']" in line
+
+
+def test_a_fed_inf_is_said_to_start_outside_float16(caplog):
+    run_three_times(two_layer_graph(), np.full([2, 4], np.inf, np.float32), caplog)
+    (line,) = origin_lines(caplog)
+    assert "the fed value 'x:0' holds it before any float16 node reads it" in line
+
+
+def test_runs_that_show_no_inf_stop_the_search_after_a_few(caplog):
+    graph = two_layer_graph()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            session.run("out:0", {"x:0": np.full([2, 4], 300.0, np.float32)})
+            watch = session._inference  # pylint: disable=protected-access
+            element = session._shadow.private_fetch("out:0")  # pylint: disable=protected-access
+            for _ in range(inference_watch.ORIGIN_RUNS):
+                assert watch.hidden_fetches([element]) is not None
+                session.run("out:0", {"x:0": np.ones([2, 4], np.float32)})
+            assert watch.hidden_fetches([element]) is None
+    assert origin_lines(caplog) == []

@@ -1,0 +1,143 @@
+"""Where the inf/nan of a run with no loss-scaled step starts.
+
+A run that computes no loss-scaled step is not re-run (input pipelines, ``py_func``), so
+when one returns or hides inf/nan the session says so at once (inference_watch.py) and
+looks for the origin on the next such runs: ``NonFiniteOrigin.fetches(elements, fed)``
+plans one extra fetch, whether each tensor of the run's half region holds inf/nan, packed
+in one bool vector, producers before consumers.  The half region is the nodes that compute
+in half and the nodes the rewrite added (casts, emulation's rounding); its tensors are
+their floating outputs and the float32 values they read.  The first tensor holding
+inf/nan is the origin (``first``, ``Origin``):
+
+    a half node's output                      it overflowed: keep it float32
+    an added node's, its source a half node   its output overflowed when rounded to half
+    an added node's, its source float32       a float32 value past half's range, cast for
+                                              the half nodes reading it: keep those float32
+    a float32 or fed value                    it held inf/nan already: float16 did not cause it
+
+Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetched there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import tensorflow as tf
+
+from ..graph_rewrite.control_flow import control_flow_of, producers_first, tf_graph_inputs
+from .shadow_graph import ancestors
+
+_SCOPE = "tfamp_non_finite_origin"
+HALF, ADDED, FLOAT32, FED = "half", "added", "float32", "fed"
+
+
+@dataclass
+class Origin:
+    """One watched tensor, in the user graph's names."""
+
+    tensor: str
+    kind: str                  # HALF, ADDED, FLOAT32 or FED (module docstring)
+    node: str                  # its node; for ADDED, the user's node the added ones read
+    op: str                    # that node's op type
+    source_half: bool = False  # ADDED: whether that node computes in half
+    readers: List[str] = field(default_factory=list)  # ADDED: the half user nodes reading it
+
+    def nodes_to_keep(self) -> List[str]:
+        """The user's nodes that keeping float32 would avoid it (none: float16 is not the cause)."""
+        if self.kind == HALF or (self.kind == ADDED and self.source_half):
+            return [self.node]
+        return list(self.readers) if self.kind == ADDED else []
+
+
+class NonFiniteOrigin:
+    """A rewriting session's search for the first tensor holding inf/nan in a run."""
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self._key = None
+        self._planned: Dict[tuple, Optional[Tuple[List[Origin], tf.Tensor]]] = {}
+
+    def fetches(self, elements, fed=()) -> Optional[Tuple[List[Origin], tf.Tensor]]:
+        """``(watched, packed statuses)`` for a run of ``elements`` (private graph), the
+        status true where the tensor holds inf/nan; None when the run computes no half node."""
+        key = self.shadow.private_name("")
+        if key != self._key:  # a heal imported a new generation
+            self._key = key
+            self._planned.clear()
+        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
+        if run not in self._planned:
+            self._planned[run] = self._plan(elements, fed)
+        return self._planned[run]
+
+    @staticmethod
+    def first(watched: List[Origin], statuses) -> Optional[Origin]:
+        """The first watched tensor holding inf/nan (producers come first), or None."""
+        for each, status in zip(watched, statuses):
+            if status:
+                return each
+        return None
+
+    def _plan(self, elements, fed):
+        fed_names = {t.name for t in fed}
+        computed = list(ancestors(elements, fed_names))
+        names, inputs = tf_graph_inputs(computed)
+        inside = control_flow_of(names, inputs)
+        order = [computed[i] for i in producers_first(names, inputs) if i not in inside]
+        half = {op for op in order if self.shadow.computes_in_half(op)}
+        user_graph, user = self.shadow.user_graph, self.shadow.user_name
+        added = {op for op in order if not _has_operation(user_graph, user(op.name))}
+        region = half | added
+        if not half:
+            return None
+        tensors: Dict[str, tf.Tensor] = {}
+        for tensor in [t for t in fed if t.dtype.is_floating] + [
+                t for op in order for t in op.outputs if t.dtype.is_floating]:
+            if tensor.name not in tensors and (tensor.op in region or any(
+                    c in region for c in tensor.consumers())):
+                tensors[tensor.name] = tensor
+        watched, statuses = [], []
+        graph = self.shadow.graph
+        with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(_SCOPE):
+            for tensor in tensors.values():
+                watched.append(self._origin(tensor, fed_names, half, added))
+                with graph.colocate_with(tensor.op, ignore_existing=True):
+                    values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
+                    statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
+            packed = tf.stack(statuses)
+        return watched, packed
+
+    def _origin(self, tensor, fed_names, half, added) -> Origin:
+        user = self.shadow.user_name
+        if tensor.name in fed_names:
+            return Origin(user(tensor.name), FED, user(tensor.op.name), tensor.op.type)
+        if tensor.op not in added:
+            return Origin(user(tensor.name), HALF if tensor.op in half else FLOAT32,
+                          user(tensor.op.name), tensor.op.type)
+        source = tensor.op
+        while source in added and source.inputs:  # past the casts and roundings to the user's node
+            source = source.inputs[0].op
+        return Origin(user(tensor.name), ADDED, user(source.name), source.type, source in half,
+                      _half_readers(tensor, half, added, user))
+
+
+def _half_readers(tensor, half, added, user) -> List[str]:
+    """The user's half nodes reading ``tensor``, through nodes the rewrite added."""
+    readers, stack, seen = [], [tensor], set()
+    while stack:
+        for consumer in stack.pop().consumers():
+            if consumer in seen:
+                continue
+            seen.add(consumer)
+            if consumer in added:
+                stack.extend(consumer.outputs)
+            elif consumer in half:
+                readers.append(user(consumer.name))
+    return readers
+
+
+def _has_operation(graph, name: str) -> bool:
+    try:
+        graph.get_operation_by_name(name)
+    except KeyError:
+        return False
+    return True
