@@ -884,3 +884,78 @@ def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(
         assert stopped is not None and 5 < len(losses) < 30
         (message,) = culprit_messages(caplog)
         assert "healing is off" in message
+
+
+# -- an inf/nan whose gradients are finite ------------------------------------------------
+def pairwise_distance_net():
+    """Batch-hard triplet loss by the pairwise-distance trick on embeddings with |e|^2 ~ 2e5:
+    in float16 the Gram matrix e e^T ('gram') overflows, every distance is inf - inf = nan,
+    and ``tf.maximum``/``reduce_max`` pass no gradient through nan: the loss is nan, the
+    gradients finite (zero), so no step is skipped."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [20, 16], name="x")
+        labels = tf1.placeholder(tf.int64, [20], name="labels")
+        w = tf1.get_variable("w", initializer=(rng.standard_normal([16, 32]) * 0.2).astype(np.float32))
+        embeddings = tf.matmul(x, w)
+        gram = tf.matmul(embeddings, embeddings, transpose_b=True, name="gram")
+        squares = tf1.diag_part(gram)
+        distances = tf.maximum(squares[None, :] - 2.0 * gram + squares[:, None], 0.0)
+        same = tf.cast(tf.equal(labels[None, :], labels[:, None]), tf.float32)
+        hardest_positive = tf.reduce_max(same * distances, axis=1)
+        hardest_negative = tf.reduce_min(distances + tf.reduce_max(distances, 1, keepdims=True) * same, 1)
+        loss = tf.reduce_mean(tf.maximum(hardest_positive - hardest_negative + 0.5, 0.0))
+        global_step = tf1.train.get_or_create_global_step()
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss, global_step=global_step)
+        init = tf1.global_variables_initializer()
+    feed = {x: 100.0 + rng.rand(20, 16).astype(np.float32) * 10.0, labels: np.arange(20) % 4}
+    return dict(graph=graph, train=train_op, loss=loss, init=init, feed=feed, w=w,
+                global_step=global_step)
+
+
+def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplog):
+    parts = pairwise_distance_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            before = session.run(parts["w"])
+            losses = train(parts, session, 24)
+            moved = np.abs(session.run(parts["w"]) - before).max()
+            heals = session.heals
+    said = [r.getMessage() for r in caplog.records if "yet its gradients were finite" in r.getMessage()]
+    assert len(said) == 1 and "returned inf/nan in %r" % parts["loss"].name in said[0]
+    (origin,) = [r.getMessage() for r in caplog.records if "found where the inf/nan starts" in r.getMessage()]
+    assert "'gram' (MatMul) is the first float16 node computing inf/nan" in origin
+    assert [h.nodes[:1] for h in heals] == [["gram"]]
+    assert not np.isfinite(losses[0]) and np.isfinite(losses[-1]) and moved > 0
+
+
+@pytest.mark.parametrize("auto_fix", ["1", "0"])
+def test_a_nan_loss_hook_waits_while_a_nan_with_finite_gradients_is_traced(monkeypatch, caplog, auto_fix):
+    """An Estimator's NanTensorHook: the session traces and heals the inf/nan, so the hook
+    lets its NaN losses pass meanwhile; with healing off it stops training at once, after
+    the session said what happened."""
+    from tfamp_rewrite.training import activation
+
+    monkeypatch.setenv(step_watch.AUTO_FIX_ENV, auto_fix)
+    parts = pairwise_distance_net()
+    with parts["graph"].as_default():
+        hooks = [tf1.train.NanTensorHook(parts["loss"])]
+    activation.enable_graph_rewrite()
+    losses, stopped = [], None
+    try:
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            with parts["graph"].as_default(), tf1.train.MonitoredTrainingSession(hooks=hooks) as session:
+                for _ in range(12):
+                    losses.append(session.run([parts["train"], parts["loss"]], parts["feed"])[1])
+    except tf1.train.NanLossDuringTrainingError as error:
+        stopped = error
+    finally:
+        activation.deactivate()
+    assert "yet its gradients were finite" in caplog.text
+    if auto_fix == "1":
+        assert stopped is None and np.isfinite(losses[-1])
+    else:
+        assert stopped is not None and losses == []

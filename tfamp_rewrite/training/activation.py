@@ -366,8 +366,9 @@ def _waiting_for_skipped_steps(original):
             if np.isnan(run_values.results):
                 from .devices import log_once
 
-                log_once("tfamp_rewrite: NanTensorHook: the loss was NaN in a step the loss scaling "
-                         "skipped, so its optimizer applied no update; training goes on while the "
+                log_once("tfamp_rewrite: NanTensorHook: the loss was NaN in a step the session is "
+                         "still acting on (one the loss scaling skipped, so its optimizer applied no "
+                         "update, or one whose inf/nan it is tracing); training goes on while the "
                          "session finds the cause (a float16 overflow is named and healed within a "
                          "few steps), and the hook stops it as usual if the session cannot")
             return None

@@ -49,16 +49,28 @@ class InferenceWatch:
         self.said = False
         self._hidden = HiddenNonFinite(shadow)
         self._origin = NonFiniteOrigin(shadow)
-        self._origin_runs = ORIGIN_RUNS
+        self._origin_runs = 0      # runs left to look for the origin of what was said
+        self._said_applied = False  # a training run's inf/nan with finite gradients: said once
         self._runs = 0
 
     def hidden_fetches(self, elements, fed=()):
-        """What this inference run fetches besides, for ``after_run``: before anything is
-        said, ``HiddenNonFinite.fetches`` (or None when it does not check, ``check_due``);
-        after, ``NonFiniteOrigin.fetches`` until an origin is said or ``ORIGIN_RUNS`` ran."""
+        """What this inference run fetches besides, for ``after_run``: while an origin is
+        looked for, ``origin_fetches``; before anything is said, ``HiddenNonFinite.fetches``
+        (or None when it does not check, ``check_due``)."""
+        if self.looking_for_origin():
+            return self.origin_fetches(elements, fed)
         if self.said:
-            return self._origin.fetches(elements, fed) if self._origin_runs > 0 else None
+            return None
         return self._hidden.fetches(elements, fed) if self.check_due() else None
+
+    def looking_for_origin(self) -> bool:
+        """Whether runs are to fetch ``origin_fetches``: inf/nan was said, its origin was not,
+        and fewer than ``ORIGIN_RUNS`` runs looked."""
+        return self._origin_runs > 0
+
+    def origin_fetches(self, elements, fed=()):
+        """``NonFiniteOrigin.fetches`` for a run of ``elements`` (a training run's too)."""
+        return self._origin.fetches(elements, fed)
 
     def hidden_plan(self, elements, fed=()):
         """``HiddenNonFinite.fetches`` whatever ``check_due`` says (a callable's, fixed when
@@ -75,9 +87,10 @@ class InferenceWatch:
     def after_run(self, fetches, values, hidden=None, hidden_statuses=None) -> None:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one."""
+        if _is_origin_plan(hidden):
+            self.after_origin_run(hidden, hidden_statuses)
+            return
         if self.said:
-            if hidden is not None and hidden_statuses is not None and self._origin_runs > 0:
-                self._after_origin_run(NonFiniteOrigin.first(hidden[0], hidden_statuses))
             return
         found = _non_finite_leaf(fetches, values)
         if found is not None:
@@ -107,10 +120,41 @@ class InferenceWatch:
             self._say("failed in %s, which %s nodes lie upstream of (a metric's range check fails "
                       "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it")
 
-    def _after_origin_run(self, origin: Optional[Origin]) -> None:
+    def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None
+                       ) -> Optional[Origin]:
+        """After a run that computed a loss-scaled step (``applied``: every one applied): the
+        origin its ``plan`` (``origin_fetches``) found, for the session to heal; else, the
+        first time such a run returns inf/nan though its steps applied -- a float16
+        overflow behind ops that pass no gradient through inf/nan leaves the gradients
+        finite, zero, and the weights where they were -- says so and looks for the origin."""
+        if _is_origin_plan(plan):
+            return self.after_origin_run(plan, statuses)
+        if not applied or self._said_applied:
+            return None
+        found = _non_finite_leaf(fetches, values)
+        if found is None:
+            return None
+        self._said_applied = True
+        self._origin_runs = ORIGIN_RUNS
+        name = getattr(found, "name", found)
+        log_once("tfamp_rewrite: a training run of the rewritten graph returned inf/nan%s, yet "
+                 "its gradients were finite, so its step applied and no skipped step was "
+                 "diagnosed: an inf/nan behind ops that pass no gradient through it (tf.maximum, a "
+                 "max or min reduction, a comparison) leaves the gradients zero and the weights "
+                 "where they were. The next runs look for where it starts, and the session keeps "
+                 "that node float32 if float16 made it (said once)"
+                 % (" in %r" % name if isinstance(name, str) and name else ""))
+        return None
+
+    def after_origin_run(self, plan, statuses) -> Optional[Origin]:
+        """Says where the inf/nan starts if this run (fetching ``plan``) shows it, and returns
+        that origin when keeping nodes float32 would avoid it."""
+        if statuses is None or self._origin_runs <= 0:
+            return None
+        origin = NonFiniteOrigin.first(plan[0], statuses)
         if origin is None:
             self._origin_runs -= 1
-            return
+            return None
         self._origin_runs = 0
         keep = origin.nodes_to_keep()
         if not keep:
@@ -118,7 +162,7 @@ class InferenceWatch:
                      "%s %r holds it before any float16 node reads it, so mixed precision did not "
                      "cause it (said once)" % (
                          "the fed value" if origin.kind == FED else "the float32 value", origin.tensor))
-            return
+            return None
         if origin.kind == ADDED and not origin.source_half:
             where = ("the float32 value of %r (%s) does not fit %s where %s read%s it" % (
                 origin.node, origin.op, self.shadow.dtype, ", ".join(repr(n) for n in keep[:4]),
@@ -130,6 +174,7 @@ class InferenceWatch:
                  "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
                      where, "them" if len(keep) > 1 else "it", self._deny_list_edit(keep),
                      ["^%s$" % re.escape(name) for name in keep]))
+        return origin
 
     def _deny_list_edit(self, names) -> str:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
@@ -145,12 +190,18 @@ class InferenceWatch:
 
     def _say(self, what: str, then: str = "If float32 gives finite values there") -> None:
         self.said = True
+        self._origin_runs = ORIGIN_RUNS
         log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
                  "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
                  "the next such runs look for the node (tfamp-rewrite doctor names it too), and "
                  "nodes_to_exclude or TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps "
                  "it float32 (said once)"
                  % (what, then, self.shadow.dtype, self.shadow.dtype))
+
+
+def _is_origin_plan(plan) -> bool:
+    """Whether ``plan`` (what a run fetched besides) is ``NonFiniteOrigin.fetches``'."""
+    return plan is not None and bool(plan[0]) and isinstance(plan[0][0], Origin)
 
 
 def _non_finite_leaf(fetches, values) -> Optional[object]:

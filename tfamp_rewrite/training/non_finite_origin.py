@@ -33,7 +33,7 @@ HALF, ADDED, FLOAT32, FED = "half", "added", "float32", "fed"
 
 @dataclass
 class Origin:
-    """One watched tensor, in the user graph's names."""
+    """One watched tensor, in the user graph's names (for an added node's, its source's)."""
 
     tensor: str
     kind: str                  # HALF, ADDED, FLOAT32 or FED (module docstring)
@@ -113,11 +113,11 @@ class NonFiniteOrigin:
         if tensor.op not in added:
             return Origin(user(tensor.name), HALF if tensor.op in half else FLOAT32,
                           user(tensor.op.name), tensor.op.type)
-        source = tensor.op
-        while source in added and source.inputs:  # past the casts and roundings to the user's node
-            source = source.inputs[0].op
-        return Origin(user(tensor.name), ADDED, user(source.name), source.type, source in half,
-                      _half_readers(tensor, half, added, user))
+        source = tensor
+        while source.op in added and source.op.inputs:  # past the casts and roundings to the user's
+            source = source.op.inputs[0]
+        return Origin(user(source.name), ADDED, user(source.op.name), source.op.type,
+                      source.op in half, _half_readers(tensor, half, added, user))
 
 
 def _half_readers(tensor, half, added, user) -> List[str]:

@@ -198,7 +198,8 @@ class _RewritingSession:
         checks = self._checks.fetches(elements, fed)
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
         hidden = (self._inference.hidden_fetches(elements, fed) if watched is None and not steps_unseen
-                  else None)
+                  else self._inference.origin_fetches(elements, fed)
+                  if watched is not None and self._inference.looking_for_origin() else None)
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
@@ -213,7 +214,7 @@ class _RewritingSession:
         if watched is not None:
             self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
-                        hidden, extra_values.get("hidden"))
+                        hidden, extra_values.get("hidden"), extra_values.get("steps"))
         return values
 
     def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):
@@ -227,15 +228,28 @@ class _RewritingSession:
             raise
 
     def _judge_run(self, checks, statuses, steps_before: int, fetches, values, hidden=None,
-                   hidden_statuses=None) -> None:
+                   hidden_statuses=None, steps=None) -> None:
         """After a run and its step watch: the deferred checks' verdict (``checks``: what
-        ``DeferredChecks.fetches`` planned, ``statuses`` their values), then, for a run that
-        computed no loss-scaled step, the inference watch's (``hidden``: what it planned)."""
+        ``DeferredChecks.fetches`` planned, ``statuses`` their values), then the inference
+        watch's (``hidden``: what it planned): for a run that computed no loss-scaled step,
+        and for one whose watched ``steps`` (``{i: (finite, scale)}``) applied but returned
+        inf/nan, whose origin, once found, is healed (a NanTensorHook waits meanwhile)."""
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
         if step_watch.step_runs_so_far() == steps_before:
             self._inference.after_run(fetches, values, hidden, hidden_statuses)
+            return
+        ran = step_watch.steps_that_ran(steps or {})
+        if not ran:  # none, or each in a TF1 cond branch not taken
+            return
+        applied = all(bool(finite) for finite, _ in ran.values())
+        origin = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
+        if origin is not None:
+            self._watch.heal_origin(origin.nodes_to_keep(), origin.tensor, origin.op,
+                                    "no step skipped: an inf/nan with finite gradients")
+        if self._watch.can_heal() and (origin is not None or self._inference.looking_for_origin()):
+            step_watch.still_recovering(self._user_graph)
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""

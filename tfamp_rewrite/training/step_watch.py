@@ -69,6 +69,12 @@ def skipped_while_recovering_since(graph, count: int) -> bool:
     return step_runs_so_far() > count and getattr(_step_runs, "recovering", None) is graph
 
 
+def still_recovering(graph) -> None:
+    """Marks this thread's last step run, of a rewriting session on ``graph``, as one the
+    session still acts on (``skipped_while_recovering_since``): its inf/nan is being traced."""
+    _step_runs.recovering = graph
+
+
 def _record_step_run(recovering_graph) -> None:
     _step_runs.count = step_runs_so_far() + 1
     _step_runs.recovering = recovering_graph
@@ -266,7 +272,7 @@ class StepWatch:
         """
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
-            steps = _ran(extra_values["steps"])
+            steps = steps_that_ran(extra_values["steps"])
             for i, (all_finite, scale) in steps.items():
                 guard = self._guard(signals[i])
                 ended = guard.observe(float(scale), bool(all_finite))
@@ -378,20 +384,41 @@ class StepWatch:
                                    "heals there and the next starts from them, so heals beyond "
                                    "one session's limit add up over runs" % HEAL_FILE_ENV))
             return
+        self._reset_loss_scales(signals, run_private)
+        self._heal(heal, finding.half_nodes, twins, "; the loss scale restarts from its initial value")
+
+    def can_heal(self) -> bool:
+        """Whether this session may heal once more (healing on, no Horovod, under the limit)."""
+        return (self.auto_fix and not _runs_collectives(self.shadow.user_graph)
+                and len(self.heals) < self.max_heals)
+
+    def heal_origin(self, nodes: List[str], tensor: str, op: str, why: str) -> None:
+        """Keeps ``nodes`` float32: where the inf/nan of a training run whose step applied
+        started (``tensor``, its node's ``op``), which no skipped step showed (``why``, the
+        trajectory's stand-in).  Nothing when ``can_heal`` says no."""
+        with self._lock:
+            if not self.can_heal():
+                return
+            twins = twin_nodes(self.shadow.user_graph, nodes, self.shadow.converted_now())
+            heal = Heal(nodes=list(nodes), culprit=tensor, op=op, held_by=nodes[0], role="forward",
+                        max_abs=float("inf"), trajectory=why, env="")
+            self._heal(heal, nodes, twins, "")
+
+    def _heal(self, heal: Heal, culprits: List[str], twins: List[str], then: str) -> None:
+        """The heal itself: ``heal``'s nodes and their ``twins`` float32 from now on, kept in
+        the process and the heal file, and said."""
         heal.nodes += twins
         report = self.shadow.heal(heal.nodes)
         self.heals.append(heal)
         remember_healed(self.shadow.user_graph, heal.nodes)
-        self._reset_loss_scales(signals, run_private)
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
-        _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) converted now); the "
-                        "loss scale restarts from its initial value%s" % (
-                            _some(finding.half_nodes),
+        _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) converted now)%s%s" % (
+                            _some(culprits),
                             ", with %s, the same layer%s under another scope (a target network, a "
                             "tower)" % (_some(twins, 4), "s" if len(twins) > 1 else "") if twins else "",
-                            report.nodes_converted, self._heal_file_hint()))
+                            report.nodes_converted, then, self._heal_file_hint()))
 
     def _heal_file_hint(self) -> str:
         """Once per process, without a heal file: how other processes start healed."""
@@ -552,7 +579,7 @@ def _flag_and_scale(signal) -> tuple:
     return signal.exported or (signal.all_finite, signal.scale)
 
 
-def _ran(step_values) -> dict:
+def steps_that_ran(step_values) -> dict:
     """``{index: (flag, scale)}`` of the steps that ran: a step in a TF1 cond branch not taken
     this run reads NOT_RUN (a scale is never below 1)."""
     return {i: (flag, scale) for i, (flag, scale) in step_values.items() if float(scale) > 0}
