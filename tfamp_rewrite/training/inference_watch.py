@@ -31,7 +31,7 @@ from ..doctor.probes import HalfNode
 from .devices import log_once
 from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
-from .shadow_graph import ancestors
+from .shadow_graph import ancestors, has_operation
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
 CHECK_THEN = 16       # one such run in this many
@@ -109,7 +109,7 @@ class InferenceWatch:
         if self.said or "assertion failed" not in message:
             return
         graph = self.shadow.graph
-        names = [name for name in _FAILED_NODE.findall(message) if _has_operation(graph, name)]
+        names = [name for name in _FAILED_NODE.findall(message) if has_operation(graph, name)]
         if names:
             upstream = ancestors([graph.get_operation_by_name(names[-1])])
             which = "the assertion %r" % self.shadow.user_name(names[-1])
@@ -225,10 +225,3 @@ def _non_finite_leaf(fetches, values) -> Optional[object]:
             return found
     return None
 
-
-def _has_operation(graph, name: str) -> bool:
-    try:
-        graph.get_operation_by_name(name)
-    except KeyError:
-        return False
-    return True

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, producers_first, tf_graph_inputs
-from .shadow_graph import ancestors
+from .shadow_graph import ancestors, has_operation
 
 _SCOPE = "tfamp_non_finite_origin"
 HALF, ADDED, FLOAT32, FED = "half", "added", "float32", "fed"
@@ -85,7 +85,7 @@ class NonFiniteOrigin:
         order = [computed[i] for i in producers_first(names, inputs) if i not in inside]
         half = {op for op in order if self.shadow.computes_in_half(op)}
         user_graph, user = self.shadow.user_graph, self.shadow.user_name
-        added = {op for op in order if not _has_operation(user_graph, user(op.name))}
+        added = {op for op in order if not has_operation(user_graph, user(op.name))}
         region = half | added
         if not half:
             return None
@@ -134,10 +134,3 @@ def _half_readers(tensor, half, added, user) -> List[str]:
                 readers.append(user(consumer.name))
     return readers
 
-
-def _has_operation(graph, name: str) -> bool:
-    try:
-        graph.get_operation_by_name(name)
-    except KeyError:
-        return False
-    return True

@@ -43,7 +43,7 @@ from .devices import log_once, session_dtype, session_numerics, session_rewrite_
 from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file
 from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
-from .shadow_graph import ShadowGraph, fetch_elements, map_fetch_structure
+from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
 from .step_watch import StepWatch, auto_fix_setting
 from .unscaled_training import UnscaledTrainingWatch
 
@@ -92,8 +92,11 @@ class _RewritingSession:
             return None
         kept = read_heal_file()
         if kept:
-            log_once("tfamp_rewrite: %d node(s) kept float32 as %s=%s lists them (e.g. '%s')" % (
-                len(kept), HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), kept[0]))
+            present = [n for n in kept if has_operation(self._user_graph, n)]
+            log_once("tfamp_rewrite: %s=%s lists %d node(s) to keep float32; %s" % (
+                HEAL_FILE_ENV, os.environ.get(HEAL_FILE_ENV), len(kept),
+                "this graph holds %d of them (e.g. '%s')" % (len(present), present[0]) if present
+                else "this graph holds none of them (yet: nodes added later are kept too)"))
         healed = [n for n in healed_in_this_process(self._user_graph) if n not in kept]
         if healed:
             log_once("tfamp_rewrite: sessions made after a heal keep the healed nodes their graph "
@@ -372,6 +375,7 @@ class _RewritingSession:
 def _replace(repeated_field, values) -> None:
     del repeated_field[:]
     repeated_field.extend(values)
+
 
 
 def _fed_tensors(feeds):

@@ -504,6 +504,15 @@ def fetch_elements(mapped) -> list:
     return found
 
 
+def has_operation(graph, name: str) -> bool:
+    """Whether ``graph`` holds an operation named ``name``."""
+    try:
+        graph.get_operation_by_name(name)
+    except KeyError:
+        return False
+    return True
+
+
 def ancestors(elements, fed_names=frozenset()) -> set:
     """The operations ``elements`` (tensors, operations) depend on, themselves included,
     through data and control inputs; a tensor named in ``fed_names`` is fed, not computed."""
