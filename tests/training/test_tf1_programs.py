@@ -186,7 +186,10 @@ def test_monitored_training_session_hooks_see_the_half_graph(tmp_path):
             while not session.should_stop():
                 session.run(train)
     assert len(hook.seen) == 12
-    assert all(np.isinf(seen["probe"]).all() for seen in hook.seen)
+    # The hook's fetches ride on the rewritten training runs: the probe overflows float16 ...
+    assert np.isinf(hook.seen[0]["probe"]).all()
+    # ... and a training run returning inf/nan is traced and healed, as the loss would be.
+    assert np.isfinite(hook.seen[-1]["probe"]).all()
     assert hook.seen[-1]["loss"] < hook.seen[0]["loss"]
     assert tf1.train.load_variable(str(tmp_path), "global_step") == 12
 

@@ -139,10 +139,11 @@ class InferenceWatch:
         name = getattr(found, "name", found)
         log_once("tfamp_rewrite: a training run of the rewritten graph returned inf/nan%s, yet "
                  "its gradients were finite, so its step applied and no skipped step was "
-                 "diagnosed: an inf/nan behind ops that pass no gradient through it (tf.maximum, a "
-                 "max or min reduction, a comparison) leaves the gradients zero and the weights "
-                 "where they were. The next runs look for where it starts, and the session keeps "
-                 "that node float32 if float16 made it (said once)"
+                 "diagnosed. A value the loss does not compute is no step's concern; a loss behind "
+                 "ops that pass no gradient through inf/nan (tf.maximum, a max or min reduction, a "
+                 "comparison) leaves the gradients zero and the weights where they were. The next "
+                 "runs look for where it starts, and the session keeps that node float32 if "
+                 "float16 made it (said once)"
                  % (" in %r" % name if isinstance(name, str) and name else ""))
         return None
 

@@ -21,7 +21,7 @@ import collections
 import collections.abc
 import logging
 import threading
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -42,6 +42,7 @@ from .devices import log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
+from .state_guard import guard_state_writes
 from .step_signals import step_signals
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -121,12 +122,20 @@ class ShadowGraph:
 
     def _user_graph_def(self):
         """The user graph as the private graph holds it, before the rewrite: its histogram
-        summaries leave non-finite values out (finite_histograms.py; said once), and the
+        summaries leave non-finite values out (finite_histograms.py; said once), its writes
+        to non-trainable state write finite values only (state_guard.py; said once), and the
         loss scaling's unscale and finite check run as the fused op (fusable.py)."""
         graph_def = self.user_graph.as_graph_def()
         if self._ops_library_usable("the loss scaling's unscale and finite check run as stock "
                                     "TensorFlow ops"):
             _fuse_unscaling(graph_def)
+        guarded = guard_state_writes(graph_def, *self._state_variables())
+        if guarded:
+            log_once("tfamp_rewrite: %d write(s) to non-trainable state (e.g. '%s': batch-norm "
+                     "moving averages, a queue of keys) keep an entry's value where the value "
+                     "written is inf/nan: a skipped step's float16 overflow would otherwise stay in "
+                     "that state for good, and evaluation return NaN long after the heal"
+                     % (len(guarded), guarded[0]))
         filtered = filter_non_finite(graph_def)
         if filtered:
             one = len(filtered) == 1
@@ -135,6 +144,26 @@ class ShadowGraph:
                      "step's gradients and an overflowing float16 value are"
                      % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""))
         return graph_def
+
+    def _state_variables(self) -> Tuple[Set[str], Set[str]]:
+        """``(variables, writes to leave)`` for state_guard.py: the user graph's non-trainable
+        floating global variables, the loss scales' aside, when it holds a loss-scaled step
+        (else none), and the operations computed from a step's finite flag (an optimizer's
+        own state, written in the branch of steps that apply)."""
+        signals = step_signals(self.user_graph)
+        if not signals:
+            return set(), set()
+        graph, keys = self.user_graph, tf.compat.v1.GraphKeys
+        trainable = {v.op.name for v in graph.get_collection(keys.TRAINABLE_VARIABLES)}
+        scales = {v.op.name for s in signals for v in s.loss_scale.variables()}
+        state = {v.op.name for v in graph.get_collection(keys.GLOBAL_VARIABLES)
+                 if v.dtype.base_dtype.is_floating} - trainable - scales
+        # Through data edges only: a write that merely waits on the train op (a MoCo queue's
+        # control dependency) runs in skipped steps too.
+        applied_only = {op.name for op in reachable(
+            [s.all_finite.op for s in signals if s.all_finite.graph is graph],
+            lambda op: [consumer for output in op.outputs for consumer in output.consumers()])}
+        return state, applied_only
 
     def _ops_library_usable(self, instead: str) -> bool:
         """False for a session on a server, whose tasks may run in processes that did not
@@ -518,6 +547,17 @@ def ancestors(elements, fed_names=frozenset()) -> set:
     through data and control inputs; a tensor named in ``fed_names`` is fed, not computed."""
     return reachable([getattr(e, "op", e) for e in elements], lambda op: [
         t.op for t in op.inputs if t.name not in fed_names] + list(op.control_inputs))
+
+
+def downstream_of(graph, ops) -> set:
+    """``ops`` and the operations of ``graph`` that read them, directly or not (through data
+    and control edges: an update in a TF1 cond waits on its pivot by a control edge)."""
+    waiting = {}
+    for op in graph.get_operations():
+        for earlier in op.control_inputs:
+            waiting.setdefault(earlier, []).append(op)
+    return reachable(ops, lambda op: [consumer for output in op.outputs
+                                      for consumer in output.consumers()] + waiting.get(op, []))
 
 
 def reachable(ops, neighbours) -> set:

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from .devices import log_once
 from .keras_compat import loss_scale_optimizer_name
-from .shadow_graph import ancestors, reachable
+from .shadow_graph import ancestors, downstream_of, reachable
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -71,11 +71,11 @@ def unscaled_updates(graph, dtype: str) -> List:
         trainable = {v.op.name for v in graph.get_collection("trainable_variables")}
         assigns = [op for op in assigns if op.inputs[0].op.name in trainable]
     if assigns:
-        from_gradients = _downstream_of(graph, [op for op in graph.get_operations()
+        from_gradients = downstream_of(graph, [op for op in graph.get_operations()
                                                 if GRADIENT_SCOPE.search(op.name)])
         updates.extend(op for op in assigns if op in from_gradients)
     if signals and updates:
-        scaled = _downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph]
+        scaled = downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph]
                                 + _loss_scale_variables(graph, signals))
         updates = [op for op in updates if op not in scaled]
     return updates
@@ -92,8 +92,8 @@ def unguarded_writes(graph) -> Dict[str, str]:
                if op.type in _ASSIGN_OPS and op.inputs[0].op.name in trainable]
     if not assigns:
         return {}
-    from_gradients = _downstream_of(graph, _loss_scale_variables(graph, signals))
-    guarded = _downstream_of(graph, [s.all_finite.op for s in signals])
+    from_gradients = downstream_of(graph, _loss_scale_variables(graph, signals))
+    guarded = downstream_of(graph, [s.all_finite.op for s in signals])
     return {op.name: op.inputs[0].op.name for op in assigns
             if op in from_gradients and op not in guarded and not _UPDATE_OP.match(op.type)}
 
@@ -121,7 +121,7 @@ def unscaled_gradient_calls(graph, scales) -> Dict[str, List]:
     scopes = _call_scopes(graph)
     if not scopes:
         return {}
-    scaled = _downstream_of(graph, scales)
+    scaled = downstream_of(graph, scales)
     calls = {scope: [op for op in operations if op.name.startswith(scope + "/")] for scope in scopes}
     return {scope: ops for scope, ops in calls.items() if not any(op in scaled for op in ops)}
 
@@ -176,17 +176,6 @@ def _reaches_an_update(ops) -> bool:
 def _loss_scale_variables(graph, signals) -> List:
     """The loss scales' variable ops: what a loss-scaled step's gradients are computed from."""
     return [v.op for s in signals for v in s.loss_scale.variables() if v.op.graph is graph]
-
-
-def _downstream_of(graph, ops) -> set:
-    """``ops`` and the operations of ``graph`` that read them, directly or not (through data
-    and control edges: an update in a TF1 cond waits on its pivot by a control edge)."""
-    waiting = {}
-    for op in graph.get_operations():
-        for earlier in op.control_inputs:
-            waiting.setdefault(earlier, []).append(op)
-    return reachable(ops, lambda op: [consumer for output in op.outputs
-                                      for consumer in output.consumers()] + waiting.get(op, []))
 
 
 class UnscaledTrainingWatch:

@@ -1,0 +1,140 @@
+"""Writes to non-trainable state keep a skipped step's inf/nan out (state_guard.py).
+
+A float16 overflow in the forward pass makes a step skip, but the run's batch-norm moving
+averages were written NaN for good: evaluation returned NaN long after the heal.
+"""
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfamp_rewrite
+from tfamp_rewrite.training import devices
+from tfamp_rewrite.training.state_guard import guard_state_writes
+
+tf1 = tf.compat.v1
+
+
+@pytest.fixture(autouse=True)
+def emulated_cpu_amp(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    monkeypatch.setattr(devices, "_logged", set())
+
+
+WRITE_OPS = ("Assign", "AssignAdd", "AssignVariableOp", "AssignAddVariableOp")
+
+
+def state_writes_graph(resource):
+    """A non-trainable running sum and a shifted queue written from a fed value, a trainable
+    weight, a reset and a saver; ``(graph, {what: its write op's name})``."""
+    graph = tf.Graph()
+    writes = {}
+
+    def named(what, write):
+        before = {op.name for op in graph.get_operations()}
+        write()
+        (writes[what],) = [op.name for op in graph.get_operations()
+                           if op.name not in before and op.type in WRITE_OPS]
+
+    with graph.as_default():
+        value = tf1.placeholder(tf.float32, [4], name="value")
+        total = tf1.get_variable("total", initializer=tf.zeros([4]), trainable=False, use_resource=resource)
+        queue = tf1.get_variable("queue", initializer=tf.zeros([8]), trainable=False, use_resource=resource)
+        weight = tf1.get_variable("weight", initializer=tf.zeros([4]), use_resource=resource)
+        named("add", lambda: tf1.assign_add(total, value))
+        named("shift", lambda: tf1.assign(queue, tf.concat([value, queue[:4]], 0)))
+        named("weight", lambda: tf1.assign(weight, value))
+        named("reset", lambda: tf1.assign(queue, tf.zeros([8])))  # not computed from the queue
+        tf1.train.Saver([total, queue], name="saver")
+    return graph, writes
+
+
+@pytest.mark.parametrize("resource", [False, True])
+def test_writes_to_state_computed_from_it_are_guarded_and_nothing_else(resource):
+    graph, writes = state_writes_graph(resource)
+    graph_def = graph.as_graph_def()
+    guarded = guard_state_writes(graph_def, {"total", "queue"})
+    # The initializers, the restore and the reset would read a variable that may hold nothing.
+    assert sorted(guarded) == sorted([writes["add"], writes["shift"]])
+    graph_def = graph.as_graph_def()
+    assert guard_state_writes(graph_def, {"total", "queue"}, leave={writes["add"]}) == [writes["shift"]]
+
+
+@pytest.mark.parametrize("resource", [False, True])
+def test_a_guarded_write_keeps_the_entries_it_would_make_not_finite(resource):
+    graph, writes = state_writes_graph(resource)
+    graph_def = graph.as_graph_def()
+    guard_state_writes(graph_def, {"total", "queue"})
+    imported = tf.Graph()
+    with imported.as_default():
+        tf1.import_graph_def(graph_def, name="")
+        values = [imported.get_operation_by_name(name).outputs or [] for name in ("total", "queue")]
+        read = [tf1.raw_ops.ReadVariableOp(resource=v[0], dtype=tf.float32) if resource else v[0]
+                for v in values]
+    initializers = [op.name for op in imported.get_operations()
+                    if op.name in ("total/Assign", "queue/Assign", "total/Initializer/InitializeVariable",
+                                   "queue/Initializer/InitializeVariable") or
+                    (op.type == "AssignVariableOp" and "Initializer" in op.name)]
+    with tf1.Session(graph=imported) as session:
+        session.run(initializers)
+        run = [writes["add"], writes["shift"]]
+        session.run(run, {"value:0": [1.0, 2.0, 3.0, 4.0]})
+        session.run(run, {"value:0": [np.nan, 1.0, np.inf, 1.0]})
+        total, queue = session.run(read)
+    np.testing.assert_array_equal(total, [1.0, 3.0, 3.0, 5.0])
+    np.testing.assert_array_equal(queue, [1.0, 1.0, 3.0, 1.0, 1.0, 2.0, 3.0, 4.0])
+
+
+def batch_norm_net():
+    """Conv (weights ~30, inputs up to 255: past float16) -> batch norm (moving averages,
+    UPDATE_OPS) -> dense, trained with automatic loss scaling."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    with graph.as_default():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [16, 8, 8, 3], name="x")
+        y = tf1.placeholder(tf.int64, [16], name="y")
+        net = tf1.layers.conv2d(x, 16, 3, padding="same",
+                                kernel_initializer=tf1.random_normal_initializer(stddev=30.0))
+        net = tf.nn.relu(tf1.layers.batch_normalization(net, training=True))
+        logits = tf1.layers.dense(tf1.layers.flatten(net), 4)
+        loss = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        with tf.control_dependencies(tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)):
+            optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+            train = optimizer.minimize(loss)
+        moving = [v for v in tf1.global_variables() if "moving_" in v.name]
+        init = tf1.global_variables_initializer()
+    feed = {x: (rng.rand(16, 8, 8, 3) * 255).astype(np.float32), y: rng.randint(0, 4, 16)}
+    return graph, train, moving, init, feed
+
+
+def test_batch_norm_moving_averages_stay_finite_through_a_heal(caplog):
+    graph, train, moving, init, feed = batch_norm_net()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(30):
+                session.run(train, feed)
+            assert session.heals  # the conv overflowed float16, and skipped steps ran the updates
+            for value in session.run(moving):
+                assert np.isfinite(value).all()
+    (said,) = [r.getMessage() for r in caplog.records if "write(s) to non-trainable state" in r.getMessage()]
+    assert said.startswith("tfamp_rewrite: 2 write(s)") and "AssignMovingAvg" in said
+
+
+def test_batch_norm_moving_averages_restore_from_a_checkpoint(tmp_path):
+    """A restore writes the moving averages with no value of theirs to keep: not guarded."""
+    graph, train, moving, init, feed = batch_norm_net()
+    with graph.as_default():
+        saver = tf1.train.Saver()
+        assign = [tf1.assign(v, tf.fill(tf.shape(v), 7.0)) for v in moving]
+    with tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(assign)
+        path = saver.save(session, str(tmp_path / "model"))
+    with tfamp_rewrite.Session(graph=graph) as session:
+        saver.restore(session, path)
+        for value in session.run(moving):
+            np.testing.assert_array_equal(value, np.full_like(value, 7.0))
