@@ -24,13 +24,7 @@ LABELS = np.array([2, 2])
 HIDDEN_LINE = "computed inf/nan in 'logits:0', read by 'predictions' (ArgMax)"
 
 
-@pytest.fixture(autouse=True)
-def cpu_target_and_fresh_log(monkeypatch):
-    from tfamp_rewrite.training import devices, shadow_graph
-
-    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-    monkeypatch.setattr(devices, "_logged", set())
-    monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+pytestmark = pytest.mark.usefixtures("cpu_target_and_fresh_log")
 
 
 def classifier_graph():

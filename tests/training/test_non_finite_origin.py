@@ -17,13 +17,7 @@ tf1 = tf.compat.v1
 ORIGIN = "found where the inf/nan starts"
 
 
-@pytest.fixture(autouse=True)
-def cpu_target_and_fresh_log(monkeypatch):
-    from tfamp_rewrite.training import devices, shadow_graph
-
-    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-    monkeypatch.setattr(devices, "_logged", set())
-    monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+pytestmark = pytest.mark.usefixtures("cpu_target_and_fresh_log")
 
 
 def origin_lines(caplog):

@@ -12,11 +12,12 @@ Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetc
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
+from .run_plans import RunPlans, packed_non_finite
 from .shadow_graph import ancestors, reachable
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
@@ -36,21 +37,13 @@ class HiddenNonFinite:
 
     def __init__(self, shadow):
         self.shadow = shadow
-        self._key = None
-        self._planned: Dict[tuple, Optional[Tuple[List[str], tf.Tensor]]] = {}
+        self._plans = RunPlans(shadow, self._plan)
 
     def fetches(self, elements: Sequence, fed=()) -> Optional[Tuple[List[str], tf.Tensor]]:
         """``(descriptions, packed statuses)`` for a run of ``elements`` (private graph): a
         description per watched tensor ("'logits:0' read by 'ArgMax'"), the status true where
         it holds inf/nan; None when the run computes no such tensor."""
-        key = self.shadow.private_name("")
-        if key != self._key:  # a heal imported a new generation
-            self._key = key
-            self._planned.clear()
-        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
-        if run not in self._planned:
-            self._planned[run] = self._plan(elements, fed)
-        return self._planned[run]
+        return self._plans.get(elements, fed)
 
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
@@ -70,18 +63,11 @@ class HiddenNonFinite:
                     watched[tensor.name] = (tensor, op)
         if not watched:
             return None
-        descriptions, statuses = [], []
-        graph = self.shadow.graph
-        with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(_SCOPE):
-            for tensor, reader in watched.values():
-                descriptions.append("%r, read by %r (%s)" % (self.shadow.user_name(tensor.name),
-                                                            self.shadow.user_name(reader.name),
-                                                            reader.type))
-                with graph.colocate_with(tensor.op, ignore_existing=True):
-                    values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
-                    statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
-            packed = tf.stack(statuses)
-        return descriptions, packed
+        descriptions = ["%r, read by %r (%s)" % (self.shadow.user_name(tensor.name),
+                                                 self.shadow.user_name(reader.name), reader.type)
+                        for tensor, reader in watched.values()]
+        return descriptions, packed_non_finite(self.shadow.graph, [t for t, _ in watched.values()],
+                                               _SCOPE)
 
 
 def _hidden_inputs(op) -> Tuple[int, ...]:

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, producers_first, tf_graph_inputs
+from .run_plans import RunPlans, packed_non_finite
 from .shadow_graph import ancestors, has_operation
 
 _SCOPE = "tfamp_non_finite_origin"
@@ -54,20 +55,12 @@ class NonFiniteOrigin:
 
     def __init__(self, shadow):
         self.shadow = shadow
-        self._key = None
-        self._planned: Dict[tuple, Optional[Tuple[List[Origin], tf.Tensor]]] = {}
+        self._plans = RunPlans(shadow, self._plan)
 
     def fetches(self, elements, fed=()) -> Optional[Tuple[List[Origin], tf.Tensor]]:
         """``(watched, packed statuses)`` for a run of ``elements`` (private graph), the
         status true where the tensor holds inf/nan; None when the run computes no half node."""
-        key = self.shadow.private_name("")
-        if key != self._key:  # a heal imported a new generation
-            self._key = key
-            self._planned.clear()
-        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
-        if run not in self._planned:
-            self._planned[run] = self._plan(elements, fed)
-        return self._planned[run]
+        return self._plans.get(elements, fed)
 
     @staticmethod
     def first(watched: List[Origin], statuses) -> Optional[Origin]:
@@ -86,25 +79,19 @@ class NonFiniteOrigin:
         half = {op for op in order if self.shadow.computes_in_half(op)}
         user_graph, user = self.shadow.user_graph, self.shadow.user_name
         added = {op for op in order if not has_operation(user_graph, user(op.name))}
-        region = half | added
         if not half:
             return None
+        region = half | added
         tensors: Dict[str, tf.Tensor] = {}
         for tensor in [t for t in fed if t.dtype.is_floating] + [
                 t for op in order for t in op.outputs if t.dtype.is_floating]:
             if tensor.name not in tensors and (tensor.op in region or any(
                     c in region for c in tensor.consumers())):
                 tensors[tensor.name] = tensor
-        watched, statuses = [], []
-        graph = self.shadow.graph
-        with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(_SCOPE):
-            for tensor in tensors.values():
-                watched.append(self._origin(tensor, fed_names, half, added))
-                with graph.colocate_with(tensor.op, ignore_existing=True):
-                    values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
-                    statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
-            packed = tf.stack(statuses)
-        return watched, packed
+        if not tensors:  # half nodes with no floating value (an argmax)
+            return None
+        watched = [self._origin(t, fed_names, half, added) for t in tensors.values()]
+        return watched, packed_non_finite(self.shadow.graph, list(tensors.values()), _SCOPE)
 
     def _origin(self, tensor, fed_names, half, added) -> Origin:
         user = self.shadow.user_name

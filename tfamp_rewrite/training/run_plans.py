@@ -1,0 +1,47 @@
+"""What a session plans once per kind of run: extra fetches built in its private graph.
+
+The inf/nan watches (hidden_non_finite.py, non_finite_origin.py) each add, for a run of
+some fetches fed some tensors, a few ops to the private graph and fetch their result with
+the run.  ``RunPlans(shadow, plan)`` memoises ``plan(elements, fed)`` per such run, and
+forgets them when a heal imports a new generation (new names);
+``packed_non_finite(graph, tensors, scope)`` is the one fetch both make: whether each tensor
+holds inf/nan, as one bool vector.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Sequence
+
+import tensorflow as tf
+
+
+class RunPlans:
+    """``plan(elements, fed)`` per run of a rewriting session's private graph."""
+
+    def __init__(self, shadow, plan: Callable):
+        self.shadow = shadow
+        self._plan = plan
+        self._key = None
+        self._planned: Dict[tuple, object] = {}
+
+    def get(self, elements: Sequence, fed=()):
+        """The plan for a run of ``elements`` (private graph) fed ``fed``, made once."""
+        key = self.shadow.private_name("")
+        if key != self._key:  # a heal imported a new generation
+            self._key = key
+            self._planned.clear()
+        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
+        if run not in self._planned:
+            self._planned[run] = self._plan(elements, fed)
+        return self._planned[run]
+
+
+def packed_non_finite(graph, tensors: Sequence, scope: str) -> tf.Tensor:
+    """A bool vector in ``graph``, under top-level ``scope``: whether each of ``tensors``
+    holds inf/nan (each reduction beside its tensor)."""
+    statuses = []
+    with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(scope):
+        for tensor in tensors:
+            with graph.colocate_with(tensor.op, ignore_existing=True):
+                values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
+                statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
+        return tf.stack(statuses)
