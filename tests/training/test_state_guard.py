@@ -62,6 +62,17 @@ def test_writes_to_state_computed_from_it_are_guarded_and_nothing_else(resource)
     assert guard_state_writes(graph_def, {"total", "queue"}, leave={writes["add"]}) == [writes["shift"]]
 
 
+def test_only_writes_computed_through_the_given_nodes_are_guarded():
+    """An exponential moving average of float32 weights cannot overflow float16: a write is
+    guarded only when its value is computed through a converted node."""
+    graph, writes = state_writes_graph(resource=False)
+    graph_def = graph.as_graph_def()
+    assert guard_state_writes(graph_def, {"total", "queue"}, through={"weight"}) == []
+    graph_def = graph.as_graph_def()
+    assert sorted(guard_state_writes(graph_def, {"total", "queue"}, through={"value"})) == sorted(
+        [writes["add"], writes["shift"]])
+
+
 @pytest.mark.parametrize("resource", [False, True])
 def test_a_guarded_write_keeps_the_entries_it_would_make_not_finite(resource):
     graph, writes = state_writes_graph(resource)
@@ -121,7 +132,8 @@ def test_batch_norm_moving_averages_stay_finite_through_a_heal(caplog):
             for value in session.run(moving):
                 assert np.isfinite(value).all()
     (said,) = [r.getMessage() for r in caplog.records if "write(s) to non-trainable state" in r.getMessage()]
-    assert said.startswith("tfamp_rewrite: 2 write(s)") and "AssignMovingAvg" in said
+    assert said.startswith("tfamp_rewrite: 2 write(s) to non-trainable state computed in float16")
+    assert "AssignMovingAvg" in said
 
 
 def test_batch_norm_moving_averages_restore_from_a_checkpoint(tmp_path):

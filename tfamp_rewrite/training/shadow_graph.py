@@ -92,6 +92,7 @@ class ShadowGraph:
             graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=False)
             to_import = self._graph_to_import(graph_def, result)
+            self._guard_state(to_import, result)
             deferred = self._defer_checks(to_import)
             if self._imported:  # growth joins the current generation (after a heal, its scope)
                 self._import_additions(graph_def, to_import)
@@ -113,6 +114,7 @@ class ShadowGraph:
             graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=True)
             to_import = self._graph_to_import(graph_def, result)
+            self._guard_state(to_import, result)
             deferred = self._defer_checks(to_import)
             self._import_generation(to_import)
             self._note_deferred(deferred)
@@ -122,20 +124,12 @@ class ShadowGraph:
 
     def _user_graph_def(self):
         """The user graph as the private graph holds it, before the rewrite: its histogram
-        summaries leave non-finite values out (finite_histograms.py; said once), its writes
-        to non-trainable state write finite values only (state_guard.py; said once), and the
+        summaries leave non-finite values out (finite_histograms.py; said once), and the
         loss scaling's unscale and finite check run as the fused op (fusable.py)."""
         graph_def = self.user_graph.as_graph_def()
         if self._ops_library_usable("the loss scaling's unscale and finite check run as stock "
                                     "TensorFlow ops"):
             _fuse_unscaling(graph_def)
-        guarded = guard_state_writes(graph_def, *self._state_variables())
-        if guarded:
-            log_once("tfamp_rewrite: %d write(s) to non-trainable state (e.g. '%s': batch-norm "
-                     "moving averages, a queue of keys) keep an entry's value where the value "
-                     "written is inf/nan: a skipped step's float16 overflow would otherwise stay in "
-                     "that state for good, and evaluation return NaN long after the heal"
-                     % (len(guarded), guarded[0]))
         filtered = filter_non_finite(graph_def)
         if filtered:
             one = len(filtered) == 1
@@ -144,6 +138,18 @@ class ShadowGraph:
                      "step's gradients and an overflowing float16 value are"
                      % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""))
         return graph_def
+
+    def _guard_state(self, to_import, result) -> None:
+        """Makes ``to_import``'s writes to non-trainable state computed through the nodes
+        ``result`` converts write finite values only (state_guard.py); said once."""
+        converted = {d.name for d in result.report.decisions if d.converted}
+        guarded = guard_state_writes(to_import, *self._state_variables(), through=converted)
+        if guarded:
+            log_once("tfamp_rewrite: %d write(s) to non-trainable state computed in %s (e.g. '%s': "
+                     "batch-norm moving averages, a queue of keys) keep an entry's value where the "
+                     "value written is inf/nan: a skipped step's %s overflow would otherwise stay "
+                     "in that state for good, and evaluation return NaN long after the heal"
+                     % (len(guarded), self.dtype, guarded[0], self.dtype))
 
     def _state_variables(self) -> Tuple[Set[str], Set[str]]:
         """``(variables, writes to leave)`` for state_guard.py: the user graph's non-trainable

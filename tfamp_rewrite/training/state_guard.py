@@ -14,12 +14,13 @@ own and metrics' local ones aside) writes finite entries only::
     Assign{Sub,Add}VariableOp(h, d)    d -> Select(IsFinite(d), d, ZerosLike(d))
 
 An entry the write would make inf/nan keeps its value, where float32 would have stored it.
-A write of a new value is guarded only when that value is computed from the variable (a
-queue shifted, a running sum): an initializer or a checkpoint's restore may run before the
-variable holds anything to keep.
-``guard_state_writes(graph_def, variables)`` works on the GraphDef taken from the user's
-graph, under names derived from each write's, so the same nodes come out at every sync;
-the user's graph is not changed.
+A write is guarded only when its value is computed through a converted node -- float16 can
+overflow there; an exponential moving average of float32 weights cannot -- and a write of
+a new value only when that value is also computed from the variable (a queue shifted): an
+initializer or a checkpoint's restore may run before the variable holds anything to keep.
+``guard_state_writes(graph_def, variables, leave, through)`` works on the rewritten GraphDef
+a session imports, under names derived from each write's, so the same nodes come out at
+every sync; the user's graph is not changed.
 """
 from __future__ import annotations
 
@@ -41,12 +42,14 @@ _PASSING = ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter
 _SCOPE = "/tfamp_finite_only/"
 
 
-def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[str] = ()
-                       ) -> List[str]:
+def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[str] = (),
+                       through: Optional[Collection[str]] = None) -> List[str]:
     """Makes, in place, each write of ``graph_def`` to one of ``variables`` (their node
-    names), other than those named in ``leave``, write finite entries only; returns the
-    writes' names."""
+    names), other than those named in ``leave``, write finite entries only -- with
+    ``through`` (node names: the converted ones), only a write whose value is computed
+    through one of them; returns the writes' names."""
     by_name = {node.name: node for node in graph_def.node}
+    downstream = None if through is None else _computed_from(graph_def, through)
     guarded = []
     for node in list(graph_def.node):
         kind = _WRITES.get(node.op)
@@ -55,7 +58,8 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
         type_attr, delta = kind
         dtype = node.attr[type_attr].type
         variable = _variable_of(node.input[0], by_name)
-        if dtype not in _FLOATING or variable not in variables:
+        if dtype not in _FLOATING or variable not in variables or (
+                downstream is not None and parse_input(node.input[1])[0] not in downstream):
             continue
         if not delta and (not _reads(node.input[1], variable, by_name) or (
                 "validate_shape" in node.attr and not node.attr["validate_shape"].b)):
@@ -99,3 +103,19 @@ def _reads(text: str, variable: str, by_name) -> bool:
         seen.add(name)
         stack.extend(parse_input(i)[0] for i in by_name[name].input if not i.startswith("^"))
     return False
+
+
+def _computed_from(graph_def, names: Collection[str]) -> set:
+    """The nodes of ``graph_def`` computed from those named ``names``, through data inputs."""
+    readers = {}
+    for node in graph_def.node:
+        for text in node.input:
+            if not text.startswith("^"):
+                readers.setdefault(parse_input(text)[0], []).append(node.name)
+    stack, seen = [n for n in names], set()
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(readers.get(name, ()))
+    return seen
