@@ -86,3 +86,15 @@ def test_half_kernels_of_this_cpu_run_the_rewritten_models(dtype):
         mixed = run_graph(rewritten, "output:0", feeds, init="init")
         assert mixed.dtype == reference.dtype and mixed.shape == reference.shape
         assert np.isfinite(mixed).all()
+
+
+def test_emulating_a_graph_already_in_half_says_its_half_nodes_run_native_kernels():
+    """A graph the command line converted, loaded by a session that emulates: its half
+    MatMul is not the rewrite's, so it runs a native half kernel -- and the line says so."""
+    graph_def = overflow_probe_graph()
+    half = rewrite_graph_def(graph_def, fetches=["out"], target="cpu").graph_def
+    again = rewrite_graph_def(half, fetches=["out"], target="cpu", numerics="emulate").report
+    assert again.emulation.native_half_nodes == 1  # the MatMul; its Casts are not counted
+    assert "1 node(s) already in half in the graph run native half kernels" in again.one_line()
+    fresh = rewrite_graph_def(graph_def, fetches=["out"], target="cpu", numerics="emulate").report
+    assert fresh.emulation.native_half_nodes == 0 and "already in half" not in fresh.one_line()

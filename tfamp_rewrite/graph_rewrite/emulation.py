@@ -67,6 +67,9 @@ class EmulationReport:
     # RoundToHalf nodes that took over the rounding Cast pairs afterwards, one per rounded
     # tensor, here and in function bodies, where the op library is loaded (rounding.py)
     rounding_ops: int = 0
+    # Nodes that computed in half before this rewrite (a graph the command line converted):
+    # emulation leaves them be, so they run native half kernels (computing_in_half)
+    native_half_nodes: int = 0
     # "node:port" of an emulated half output -> the float32 tensor holding its rounded value
     rounded_outputs: Dict[str, str] = field(default_factory=dict)
 
@@ -112,6 +115,15 @@ def emulate_half(graph_def, nodes: Iterable[str], lookup_op_def: Callable[[str],
             view.nodes[dst].input[view.input_slots[dst][k]] = tensor
     casts.count()
     return report
+
+
+def computing_in_half(view: GraphView) -> int:
+    """How many nodes of ``view`` compute in half already (a graph the command line
+    converted): neither a Cast, a Const nor an op that only moves values.  Emulation leaves
+    them be, so they run native half kernels."""
+    return sum(1 for i, op in enumerate(view.ops)
+               if op not in VALUE_PRESERVING_OPS and op not in ("Cast", "Const")
+               and any(view.vertex_dtype[v] in HALF_DTYPES for v in view.vertices[i].values()))
 
 
 def is_emulation_cast(node) -> bool:

@@ -98,6 +98,9 @@ class RewriteReport:
                     self.numerics))
         if self.nothing_converted_because:
             line += "; " + self.nothing_converted_because
+        if self.emulation is not None and self.emulation.native_half_nodes:
+            line += ("; %d node(s) already in half in the graph run native half kernels, not "
+                     "emulated" % self.emulation.native_half_nodes)
         return line
 
     def summary(self, max_op_rows: int = 40) -> str:

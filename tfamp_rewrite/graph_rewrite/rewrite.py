@@ -31,7 +31,7 @@ from .casts import AppliedPaint, apply_paint
 from .compat import AUTO, resolve_compat
 from .decisions import ReportBuilder
 from .eligibility import TARGETS, HalfSupport, node_eligibility
-from .emulation import EmulationReport, emulate_half
+from .emulation import EmulationReport, computing_in_half, emulate_half
 from .forward_compat import strip_debug_names, strip_default_attrs
 from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
 from .graph_view import GraphView, parse_input
@@ -182,9 +182,11 @@ def rewrite_in_place(graph_def, preserved: Mapping[str, str], options: RewriteOp
     ReportBuilder(view, options.lists, eligible, reasons, half, paint, applied,
                   options.target_dtype).build(report)
     if options.numerics == "emulate":
+        native = computing_in_half(view)  # the view holds the dtypes before this rewrite
         report.emulation = (emulate_half(graph_def, [view.nodes[i].name for i in applied.converted_nodes],
                                          op_def_lookup(graph_def), function_ops)
                             if applied.converted_nodes else EmulationReport())
+        report.emulation.native_half_nodes = native
     if upgraded:
         report.notes.append("%d FusedBatchNorm(Grad) node(s) upgraded to the V2 op with U=float32"
                             % upgraded)

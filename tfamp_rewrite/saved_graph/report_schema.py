@@ -89,6 +89,7 @@ DEFINITIONS = {
         "emulation": _nullable("EmulationReport")}, closed=False),
     "EmulationReport": _object({"nodes": INTEGER, "rounding_casts": INTEGER, "widening_casts": INTEGER,
                                 "narrowing_casts": INTEGER, "rounding_ops": INTEGER,
+                                "native_half_nodes": INTEGER,
                                 "rounded_outputs": {"type": "object", "additionalProperties": STRING}}),
 }
 
