@@ -17,6 +17,10 @@ each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``C
 Once that is said, the next inference runs (at most ``ORIGIN_RUNS``) each fetch whether
 the tensors of their half region hold inf/nan (non_finite_origin.py), and the first run
 that shows one says, once more, where it starts and the edit that keeps it float32.
+
+A training run whose loss-scaled steps all applied, yet returned inf/nan (``after_step_run``:
+a loss behind ``tf.maximum`` of an overflow, whose gradients are zero), is said once too, and
+the next runs look for the origin the same way; the session heals what they find.
 """
 from __future__ import annotations
 
@@ -159,10 +163,10 @@ class InferenceWatch:
         self._origin_runs = 0
         keep = origin.nodes_to_keep()
         if not keep:
-            log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside float16: "
-                     "%s %r holds it before any float16 node reads it, so mixed precision did not "
-                     "cause it (said once)" % (
-                         "the fed value" if origin.kind == FED else "the float32 value", origin.tensor))
+            log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside %s: %s %r "
+                     "holds it before any %s node reads it, so mixed precision did not cause it "
+                     "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
+                                      else "the float32 value", origin.tensor, self.shadow.dtype))
             return None
         if origin.kind == ADDED and not origin.source_half:
             where = ("the float32 value of %r (%s) does not fit %s where %s read%s it" % (
