@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("cpu_target_and_fresh_log")
 
 def origin_lines(caplog):
     return [r.getMessage() for r in caplog.records if ORIGIN in r.getMessage()
-            or "starts outside float16" in r.getMessage()]
+            or "starts outside float16" in r.getMessage() or "does not start in" in r.getMessage()]
 
 
 def two_layer_graph(first_input="fed"):
@@ -84,3 +84,16 @@ def test_runs_that_show_no_inf_stop_the_search_after_a_few(caplog):
                 session.run("out:0", {"x:0": np.ones([2, 4], np.float32)})
             assert watch.hidden_fetches([element]) is None
     assert origin_lines(caplog) == []
+
+
+def test_an_inf_that_float32_makes_is_said_to_start_outside_float16(caplog):
+    """exp(100) overflows float32: the half MatMul before it is finite, so the search says
+    the inf/nan does not start in the float16 nodes, rather than going quiet."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        logits = tf.matmul(x, tf.constant(np.full((4, 2), 25.0, np.float32)), name="logits")
+        tf.exp(logits, name="out")  # Exp stays float32 (deny list)
+    run_three_times(graph, np.ones([2, 4], np.float32), caplog)
+    (line,) = origin_lines(caplog)
+    assert "does not start in the float16 nodes: a later run returned inf/nan while none" in line

@@ -968,3 +968,33 @@ def test_a_nan_loss_hook_waits_while_a_nan_with_finite_gradients_is_traced(monke
         assert stopped is None and np.isfinite(losses[-1])
     else:
         assert stopped is not None and losses == []
+
+
+def test_state_the_steps_read_holding_nan_is_named_and_nothing_is_healed(caplog):
+    """A memory bank (non-trainable, read by the logits) left NaN by a write the session
+    does not guard -- here a fed value -- skips every step in float32 too: the warning names
+    the bank, and no half node is healed for it (a presumed culprit was, before)."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 16], name="x")
+        w = tf1.get_variable("w", initializer=(rng.standard_normal([16, 4]) * 0.1).astype(np.float32))
+        bank = tf1.get_variable("bank", initializer=tf.ones([6, 4]), trainable=False)
+        logits = tf.matmul(tf.matmul(x, w), bank, transpose_b=True)
+        loss = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.zeros([8], tf.int64), logits=logits))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        train_op = opt.minimize(loss)
+        refill = tf1.placeholder(tf.float32, [6, 4], name="refill")
+        poison = tf1.assign(bank, refill)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(poison, {refill: np.full([6, 4], np.nan, np.float32)})
+            for _ in range(20):
+                session.run(train_op, {x: rng.standard_normal([8, 16]).astype(np.float32)})
+            assert session.heals == []
+    (said,) = [r.getMessage() for r in caplog.records if "holds inf/nan" in r.getMessage()]
+    assert "because state the steps read is not finite: variable 'bank' holds inf/nan" in said
+    assert "A write of an earlier run put it there" in said

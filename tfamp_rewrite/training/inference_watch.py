@@ -92,7 +92,7 @@ class InferenceWatch:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one."""
         if _is_origin_plan(hidden):
-            self.after_origin_run(hidden, hidden_statuses)
+            self.after_origin_run(hidden, hidden_statuses, _non_finite_leaf(fetches, values) is not None)
             return
         if self.said:
             return
@@ -132,7 +132,7 @@ class InferenceWatch:
         overflow behind ops that pass no gradient through inf/nan leaves the gradients
         finite, zero, and the weights where they were -- says so and looks for the origin."""
         if _is_origin_plan(plan):
-            return self.after_origin_run(plan, statuses)
+            return self.after_origin_run(plan, statuses, _non_finite_leaf(fetches, values) is not None)
         if not applied or self._said_applied:
             return None
         found = _non_finite_leaf(fetches, values)
@@ -151,12 +151,21 @@ class InferenceWatch:
                  % (" in %r" % name if isinstance(name, str) and name else ""))
         return None
 
-    def after_origin_run(self, plan, statuses) -> Optional[Origin]:
+    def after_origin_run(self, plan, statuses, returned_non_finite: bool) -> Optional[Origin]:
         """Says where the inf/nan starts if this run (fetching ``plan``) shows it, and returns
-        that origin when keeping nodes float32 would avoid it."""
+        that origin when keeping nodes float32 would avoid it; a run that returned inf/nan
+        (``returned_non_finite``) while its half region held none says float16 did not."""
         if statuses is None or self._origin_runs <= 0:
             return None
         origin = NonFiniteOrigin.first(plan[0], statuses)
+        if origin is None and returned_non_finite:
+            self._origin_runs = 0
+            log_once("tfamp_rewrite: the inf/nan said above does not start in the %s nodes: a later "
+                     "run returned inf/nan while none of them, nor any value they read, held any. It "
+                     "comes from float32 nodes, or from a variable an earlier run made inf/nan (a "
+                     "tf.metrics total that summed a skipped step's NaN loss, until its local "
+                     "variables are reset) (said once)" % self.shadow.dtype)
+            return None
         if origin is None:
             self._origin_runs -= 1
             return None

@@ -145,11 +145,11 @@ class ShadowGraph:
         converted = {d.name for d in result.report.decisions if d.converted}
         guarded = guard_state_writes(to_import, *self._state_variables(), through=converted)
         if guarded:
-            log_once("tfamp_rewrite: %d write(s) to non-trainable state computed in %s (e.g. '%s': "
-                     "batch-norm moving averages, a queue of keys) keep an entry's value where the "
-                     "value written is inf/nan: a skipped step's %s overflow would otherwise stay "
-                     "in that state for good, and evaluation return NaN long after the heal"
-                     % (len(guarded), self.dtype, guarded[0], self.dtype))
+            log_once("tfamp_rewrite: %d write(s) to non-trainable state computed in %s (batch-norm "
+                     "moving averages, a queue of keys, a memory bank; e.g. '%s') keep an entry's "
+                     "value where the value written is inf/nan: a skipped step's %s overflow would "
+                     "otherwise stay in that state for good, and evaluation return NaN long after "
+                     "the heal" % (len(guarded), self.dtype, guarded[0], self.dtype))
 
     def _state_variables(self) -> Tuple[Set[str], Set[str]]:
         """``(variables, writes to leave)`` for state_guard.py: the user graph's non-trainable

@@ -12,6 +12,10 @@ own and metrics' local ones aside) writes finite entries only::
     AssignSub / AssignAdd(v, d)        d -> Select(IsFinite(d), d, ZerosLike(d))
     AssignVariableOp(h, x)             x -> Select(IsFinite(x), x, ReadVariableOp(h))
     Assign{Sub,Add}VariableOp(h, d)    d -> Select(IsFinite(d), d, ZerosLike(d))
+    ScatterUpdate(v, i, u)             u -> Select(IsFinite(u), u, Gather(v, i))
+    Scatter{Sub,Add}(v, i, u)          u -> Select(IsFinite(u), u, ZerosLike(u))
+    StridedSliceAssign(v, b, e, s, x)  x -> Select(IsFinite(x), x, StridedSlice(v, b, e, s))
+    (and their resource and Nd forms: a memory bank, center loss's centers, a ring buffer)
 
 An entry the write would make inf/nan keeps its value, where float32 would have stored it.
 A write is guarded only when its value is computed through a converted node -- float16 can
@@ -32,10 +36,25 @@ from ..graph_rewrite.graph_view import parse_input
 from .node_defs import node_def
 
 _FLOATING = (types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE)
-# Write op -> (its type attribute, whether it writes a delta rather than the value).
-_WRITES = {"Assign": ("T", False), "AssignSub": ("T", True), "AssignAdd": ("T", True),
-           "AssignVariableOp": ("dtype", False), "AssignSubVariableOp": ("dtype", True),
-           "AssignAddVariableOp": ("dtype", True)}
+DELTA, VALUE, ROWS, ND_ROWS, SLICE = "delta", "value", "rows", "nd rows", "slice"
+# Write op -> (its type attribute, the input it writes, what that input is): a DELTA is added
+# or subtracted (kept: 0); a VALUE replaces the variable (kept: its value), ROWS its rows at
+# input 1's indices (kept: those rows), ND_ROWS its elements at input 1's indices, a SLICE
+# its slice at inputs 1-3 (kept: what each of those reads now).
+_WRITES = {
+    "Assign": ("T", 1, VALUE), "AssignVariableOp": ("dtype", 1, VALUE),
+    "AssignSub": ("T", 1, DELTA), "AssignAdd": ("T", 1, DELTA),
+    "AssignSubVariableOp": ("dtype", 1, DELTA), "AssignAddVariableOp": ("dtype", 1, DELTA),
+    "ScatterUpdate": ("T", 2, ROWS), "ResourceScatterUpdate": ("dtype", 2, ROWS),
+    "ScatterSub": ("T", 2, DELTA), "ScatterAdd": ("T", 2, DELTA),
+    "ResourceScatterSub": ("dtype", 2, DELTA), "ResourceScatterAdd": ("dtype", 2, DELTA),
+    "ScatterNdUpdate": ("T", 2, ND_ROWS), "ResourceScatterNdUpdate": ("T", 2, ND_ROWS),
+    "ScatterNdSub": ("T", 2, DELTA), "ScatterNdAdd": ("T", 2, DELTA),
+    "ResourceScatterNdSub": ("T", 2, DELTA), "ResourceScatterNdAdd": ("T", 2, DELTA),
+    "StridedSliceAssign": ("T", 4, SLICE), "ResourceStridedSliceAssign": ("T", 4, SLICE),
+}
+_SLICE_ATTRS = ("Index", "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                "shrink_axis_mask")
 _VARIABLE_OPS = ("VariableV2", "Variable", "VarHandleOp")
 # What passes a variable (a ref or a handle) on unchanged: TF1 control flow, identities.
 _PASSING = ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter")
@@ -53,34 +72,59 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
     guarded = []
     for node in list(graph_def.node):
         kind = _WRITES.get(node.op)
-        if kind is None or node.name in leave or len(node.input) < 2 or node.input[1].startswith("^"):
+        if kind is None or node.name in leave:
             continue
-        type_attr, delta = kind
-        dtype = node.attr[type_attr].type
+        type_attr, slot, what = kind
+        if len(node.input) <= slot or node.input[slot].startswith("^"):
+            continue
+        dtype, value = node.attr[type_attr].type, node.input[slot]
         variable = _variable_of(node.input[0], by_name)
         if dtype not in _FLOATING or variable not in variables or (
-                downstream is not None and parse_input(node.input[1])[0] not in downstream):
+                downstream is not None and parse_input(value)[0] not in downstream):
             continue
-        if not delta and (not _reads(node.input[1], variable, by_name) or (
+        if what == VALUE and (not _reads(value, variable, by_name) or (
                 "validate_shape" in node.attr and not node.attr["validate_shape"].b)):
             continue  # an initializer or a restore (it may run first), or another shape
         scope = node.name + _SCOPE
-        value = node.input[1]
-        added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype)]
-        if delta:
-            added.append(node_def(scope + "unchanged", "ZerosLike", [value], T=dtype))
-        elif node.op == "Assign":
-            added.append(node_def(scope + "unchanged", "Identity", [node.input[0]], T=dtype))
-        else:
-            added.append(node_def(scope + "unchanged", "ReadVariableOp", [node.input[0]], dtype=dtype))
-        added.append(node_def(scope + "finite_only", "Select",
-                              [scope + "is_finite", value, scope + "unchanged"], T=dtype))
+        added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype),
+                 _unchanged(node, scope + "unchanged", what, dtype, value),
+                 node_def(scope + "finite_only", "Select",
+                          [scope + "is_finite", value, scope + "unchanged"], T=dtype)]
+        if added[1].op == "StridedSlice" and node.op.startswith("Resource"):
+            added.insert(1, node_def(scope + "read", "ReadVariableOp", [node.input[0]], dtype=dtype))
+            added[2].input[0] = scope + "read"
         for each in added:
             each.device = node.device
         graph_def.node.extend(added)
-        node.input[1] = scope + "finite_only"
+        node.input[slot] = scope + "finite_only"
         guarded.append(node.name)
     return guarded
+
+
+def _unchanged(write, name: str, what: str, dtype: int, value: str):
+    """The node computing what ``write`` leaves where its value is not finite."""
+    resource = write.op.startswith("Resource") or write.op.endswith("VariableOp")
+    target = write.input[0]
+    if what == DELTA:
+        return node_def(name, "ZerosLike", [value], T=dtype)
+    if what == VALUE:
+        return (node_def(name, "ReadVariableOp", [target], dtype=dtype) if resource
+                else node_def(name, "Identity", [target], T=dtype))
+    index_type = write.attr["Tindices"].type
+    if what == ROWS:
+        return (node_def(name, "ResourceGather", [target, write.input[1]], dtype=dtype,
+                         Tindices=index_type) if resource
+                else node_def(name, "Gather", [target, write.input[1]], Tparams=dtype,
+                              Tindices=index_type))
+    if what == ND_ROWS:
+        return (node_def(name, "ResourceGatherNd", [target, write.input[1]], dtype=dtype,
+                         Tindices=index_type) if resource
+                else node_def(name, "GatherNd", [target, write.input[1]], Tparams=dtype,
+                              Tindices=index_type))
+    sliced = node_def(name, "StridedSlice", [target] + list(write.input[1:4]), T=dtype)
+    for attr in _SLICE_ATTRS:
+        sliced.attr[attr].CopyFrom(write.attr[attr])
+    return sliced
 
 
 def _variable_of(text: str, by_name) -> Optional[str]:

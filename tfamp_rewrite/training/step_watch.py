@@ -290,14 +290,16 @@ class StepWatch:
 
     def _diagnose(self, extra_values: dict, ids, signals, run_private, feeds=None) -> None:
         """Names (and heals) a culprit the run's probes show, for each guard that asked;
-        weights or fed values holding inf/nan come first, as nothing else is to blame then."""
+        weights or fed values holding inf/nan come first, as nothing else is to blame then,
+        and state the step reads (a memory bank) before a presumed culprit."""
         counts, extrema = extra_values["probes"]
         for i, (all_finite, scale) in extra_values["steps"].items():
             guard = self._guard(signals[i])
             if not guard.diagnosis_due or bool(all_finite):
                 continue  # an applied step shows no culprit: the next run carries the probes again
             nonfinite = self._nonfinite_variables(run_private)
-            if nonfinite:
+            state = [n for n in nonfinite if n in self._variable_check.state]
+            if len(state) < len(nonfinite):  # the weights themselves
                 guard.diagnosed(named=True)
                 self._say_variables_not_finite(nonfinite, guard)
                 continue
@@ -305,6 +307,13 @@ class StepWatch:
             fed = [self.shadow.user_name(name) for name in _nonfinite_feeds(feeds)]
             finding = self._diagnosis_now().find(ids, counts, extrema, float(scale), guard.at_floor,
                                                  nonfinite_inputs=fed)
+            if state and (finding is None or all(c.presumed for c in finding.culprits)):
+                # state the step reads holds inf/nan: what turns inf/nan from it is its victim;
+                # a half tensor overflowing on its own (a conv before a batch norm whose
+                # unguarded averages are NaN) is still a culprit, and healed
+                guard.diagnosed(named=True)
+                self._say_variables_not_finite(state, guard)
+                continue
             guard.diagnosed(named=finding is not None or bool(fed))
             if finding is not None:
                 self._named(finding, guard, signals, run_private)
@@ -339,8 +348,12 @@ class StepWatch:
 
     def _nonfinite_variables(self, run_private) -> List[str]:
         if self._variable_check is None:
-            self._variable_check = VariableCheck(self.shadow.user_graph, self.shadow.graph,
-                                                 self.shadow.private_fetch)
+            graph = self.shadow.user_graph
+            signals = [s for s in step_signals(graph) if s.all_finite.graph is graph]
+            scales = {v.op.name for s in signals for v in s.loss_scale.variables()}
+            read = {op.name for op in ancestors([s.all_finite for s in signals])} - scales
+            self._variable_check = VariableCheck(graph, self.shadow.graph, self.shadow.private_fetch,
+                                                 read)
         return self._variable_check.nonfinite(run_private)
 
     def _reset_loss_scales(self, signals, run_private) -> None:
@@ -464,16 +477,23 @@ class StepWatch:
             variable, write = next(iter(writers.items()))
             cause = ("%r wrote a skipped step's inf/nan gradients into %r (said when it first "
                      "ran): compute it from finite gradients only" % (write, variable))
+        elif all(n in self._variable_check.state for n in names):
+            cause = ("A write of an earlier run put it there: one the session does not keep "
+                     "inf/nan out of (it guards assignments, scatters and slice assignments of "
+                     "values computed in %s), or a restored checkpoint" % self.shadow.dtype)
         else:
             cause = ("Mixed precision did not cause it. Look at where the weights diverged (a "
                      "checkpoint restored from a run that diverged, an assignment, or a float32 "
                      "update that overflowed)")
+        state = [n for n in names if n in self._variable_check.state]
         _logger.warning(
-            "tfamp_rewrite: training steps are being skipped (loss scale %s) because the model's "
-            "own weights are not finite: trainable variable %s holds inf/nan%s, so the forward "
-            "pass is not finite in float32 either, and no loss scale or float32 node can undo "
-            "it: nothing is healed. %s" % (
-                guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3]),
+            "tfamp_rewrite: training steps are being skipped (loss scale %s) because %s not "
+            "finite: %s %s holds inf/nan%s, so the forward pass is not finite in float32 either, "
+            "and no loss scale or float32 node can undo it: nothing is healed. %s" % (
+                guard.episode.trajectory(),
+                "state the steps read is" if state == names else "the model's own weights are",
+                "variable" if state == names else "trainable variable",
+                ", ".join(repr(n) for n in names[:3]),
                 " (and %d more)" % (len(names) - 3) if len(names) > 3 else "", cause))
 
     def _say_feeds_not_finite(self, names: List[str], guard: SkipGuard) -> None:

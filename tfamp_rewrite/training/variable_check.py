@@ -5,10 +5,15 @@ assigned by the program, or left by a float32 update that overflowed -- makes ev
 forward pass non-finite, in float32 as in half.  Then no loss scale, and no node kept
 float32, can help, and a diagnosis that blamed a half tensor would be wrong.
 
-``VariableCheck(user_graph, private_graph, private_fetch)`` adds, in the session's private
-graph, one ``reduce_all(is_finite(value))`` per floating trainable variable of the user's
-graph; ``nonfinite(run_private)`` runs them and returns the names of the variables that
-are not finite, in the collection's order.  Nothing is added to the user's graph.
+The same holds for non-trainable state the step reads -- a memory bank, a queue of keys --
+that a write the session could not guard (state_guard.py) left inf/nan.
+
+``VariableCheck(user_graph, private_graph, private_fetch, read)`` adds, in the session's
+private graph, one ``reduce_all(is_finite(value))`` per floating trainable variable of the
+user's graph, then per non-trainable global one named in ``read`` (what the steps read);
+``nonfinite(run_private)`` runs them and returns the names of the variables that are not
+finite, in that order; ``state`` names the non-trainable ones.  Nothing is added to the
+user's graph.
 """
 from __future__ import annotations
 
@@ -22,10 +27,15 @@ SCOPE = "tfamp_variable_check"
 class VariableCheck:
     """Finite checks of one private graph's copy of the trainable variables (module docstring)."""
 
-    def __init__(self, user_graph, private_graph, private_fetch: Callable):
-        variables = [v for v in user_graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
-                     if v.dtype.base_dtype.is_floating]
+    def __init__(self, user_graph, private_graph, private_fetch: Callable, read=frozenset()):
+        keys = tf.compat.v1.GraphKeys
+        trainable = user_graph.get_collection(keys.TRAINABLE_VARIABLES)
+        named = {v.op.name for v in trainable}
+        state = [v for v in user_graph.get_collection(keys.GLOBAL_VARIABLES)
+                 if v.op.name not in named and v.op.name in read]
+        variables = [v for v in trainable + state if v.dtype.base_dtype.is_floating]
         self.names = [v.op.name for v in variables]
+        self.state = {v.op.name for v in state}  # not trainable
         self._flags = []
         with private_graph.as_default(), tf.name_scope(SCOPE):
             for variable in variables:
