@@ -162,9 +162,11 @@ class InferenceWatch:
             self._origin_runs = 0
             log_once("tfamp_rewrite: the inf/nan said above does not start in the %s nodes: a later "
                      "run returned inf/nan while none of them, nor any value they read, held any. It "
-                     "comes from float32 nodes, or from a variable an earlier run made inf/nan (a "
-                     "tf.metrics total that summed a skipped step's NaN loss, until its local "
-                     "variables are reset) (said once)" % self.shadow.dtype)
+                     "comes from float32 nodes -- which the %s nodes' rounding may still have led "
+                     "there: a variance computed from them that comes out negative, then a sqrt -- "
+                     "or from a variable an earlier run made inf/nan (a tf.metrics total that "
+                     "summed a skipped step's NaN loss, until its local variables are reset) (said "
+                     "once)" % (self.shadow.dtype, self.shadow.dtype))
             return None
         if origin is None:
             self._origin_runs -= 1
