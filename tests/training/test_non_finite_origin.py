@@ -5,6 +5,7 @@ next runs look for the origin and name the node to keep float32 -- which is not 
 one when the overflow happened upstream (a GP's test kernel, read by the predictive mean).
 """
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -97,3 +98,25 @@ def test_an_inf_that_float32_makes_is_said_to_start_outside_float16(caplog):
     run_three_times(graph, np.ones([2, 4], np.float32), caplog)
     (line,) = origin_lines(caplog)
     assert "does not start in the float16 nodes: a later run returned inf/nan while none" in line
+
+
+def test_ssim_of_0_to_255_images_is_said_to_hide_an_overflow_and_traced(monkeypatch, caplog):
+    """tf.image.ssim(max_val=255) smooths x^2 + y^2 (about 1.3e5) with a float16 depthwise
+    convolution: inf, and SSIM's ratio comes out 0 -- finite.  The division by inf is said,
+    and the search names the convolution, past the Reshape that only moves the value."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf1.placeholder(tf.float32, [2, 16, 16, 1], name="a")
+        b = tf1.placeholder(tf.float32, [2, 16, 16, 1], name="b")
+        tf.identity(tf.reduce_mean(tf.image.ssim(a, b, max_val=255.0)), name="ssim_value")
+    rng = np.random.RandomState(0)
+    image = rng.uniform(150, 255, [2, 16, 16, 1]).astype(np.float32)
+    feed = {"a:0": image, "b:0": np.clip(image + rng.randn(*image.shape).astype(np.float32) * 5, 0, 255)}
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            values = [session.run("ssim_value:0", feed) for _ in range(3)]
+    assert np.isfinite(values).all()  # the overflow does not show in what the run returns
+    assert re.search(r"computed inf/nan in '[^']+', read by '[^']+' \(RealDiv\)", caplog.text)
+    (line,) = origin_lines(caplog)
+    assert "does not fit float16 where" in line and "ALLOWLIST_REMOVE=DepthwiseConv2dNative" in line

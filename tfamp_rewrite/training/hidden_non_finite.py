@@ -5,9 +5,10 @@ returns (session.py).  Some fetched values hide an inf/nan computed upstream: ``
 NaN logits is an ordinary index, a comparison with NaN is ``False``, a NaN cast to an
 integer is some integer, and the accuracy of such predictions is an ordinary number.  A
 classifier or greedy decoder whose half logits overflowed then returns plausible-looking
-garbage.  ``HiddenNonFinite.fetches(elements, fed)`` plans, for such a run, one small extra
-fetch: for each floating tensor that an op hiding inf/nan reads (``HIDING_OPS``) and that a
-half node lies upstream of, whether it holds inf/nan -- packed into one bool vector.
+garbage, and so does a ratio whose denominator overflowed (SSIM of 0..255 images is 0).
+``HiddenNonFinite.fetches(elements, fed)`` plans, for such a run, one small extra fetch:
+for each floating tensor that an op hiding inf/nan reads (``HIDING_OPS``) and that a half
+node lies upstream of, whether it holds inf/nan -- packed into one bool vector.
 Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetched there.
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ HIDING_OPS = {
     "Greater": (0, 1), "GreaterEqual": (0, 1), "ApproximateEqual": (0, 1),
     # A CTC decoder of NaN logits returns ordinary-looking (or empty) transcripts.
     "CTCGreedyDecoder": (0,), "CTCBeamSearchDecoder": (0,),
+    # Dividing by inf gives 0: SSIM on 0..255 images, whose smoothed x^2 + y^2 overflows
+    # float16 in a depthwise convolution, comes out 0 (a normalisation, a variance below it).
+    "RealDiv": (1,), "Div": (1,), "DivNoNan": (1,), "Reciprocal": (0,), "Inv": (0,),
 }
 _SCOPE = "tfamp_hidden_non_finite"
 

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, producers_first, tf_graph_inputs
+from ..graph_rewrite.emulation import VALUE_PRESERVING_OPS
 from .run_plans import RunPlans, packed_non_finite
 from .shadow_graph import ancestors, has_operation
 
@@ -108,7 +109,9 @@ class NonFiniteOrigin:
 
 
 def _half_readers(tensor, half, added, user) -> List[str]:
-    """The user's half nodes reading ``tensor``, through nodes the rewrite added."""
+    """The user's half nodes reading ``tensor``, through nodes the rewrite added; past half
+    nodes that only move values (a Reshape) to those that compute with them too, as keeping
+    the mover float32 alone would only move the cast."""
     readers, stack, seen = [], [tensor], set()
     while stack:
         for consumer in stack.pop().consumers():
@@ -119,5 +122,6 @@ def _half_readers(tensor, half, added, user) -> List[str]:
                 stack.extend(consumer.outputs)
             elif consumer in half:
                 readers.append(user(consumer.name))
+                if consumer.type in VALUE_PRESERVING_OPS:
+                    stack.extend(consumer.outputs)
     return readers
-
