@@ -17,9 +17,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
-from .run_plans import RunPlans, packed_non_finite
-from .shadow_graph import ancestors, reachable
+from .run_plans import RunPlans, computed_by, packed_non_finite
+from .shadow_graph import reachable
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
 # type to another (_hidden_inputs).
@@ -51,9 +50,8 @@ class HiddenNonFinite:
 
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
-        computed = ancestors(elements, fed_names)
-        operations = sorted(computed, key=lambda o: o.name)
-        inside = {operations[i] for i in control_flow_of(*tf_graph_inputs(operations))}
+        operations, inside = computed_by(elements, fed_names)
+        computed = set(operations)
         half_downstream = reachable(
             [op for op in computed if self.shadow.computes_in_half(op)],
             lambda op: [c for t in op.outputs for c in t.consumers() if c in computed])

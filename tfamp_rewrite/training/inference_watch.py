@@ -194,15 +194,9 @@ class InferenceWatch:
 
     def _deny_list_edit(self, names) -> str:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
-        graph = self.shadow.user_graph
-        categories = {}
-        for report in self.shadow.reports:
-            for decision in report.decisions:
-                if decision.name in names:
-                    categories[decision.name] = decision.category
-        nodes = [HalfNode(name, graph.get_operation_by_name(name).type, categories.get(name))
-                 for name in names]
-        return fix_for(nodes).env
+        decisions = {d.name: d for report in self.shadow.reports for d in report.decisions
+                     if d.name in names}
+        return fix_for([HalfNode(n, decisions[n].op, decisions[n].category) for n in names]).env
 
     def _say(self, what: str, then: str = "If float32 gives finite values there") -> None:
         self.said = True

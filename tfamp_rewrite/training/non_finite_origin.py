@@ -24,10 +24,10 @@ from typing import Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from ..graph_rewrite.control_flow import control_flow_of, producers_first, tf_graph_inputs
+from ..graph_rewrite.control_flow import producers_first, tf_graph_inputs
 from ..graph_rewrite.emulation import VALUE_PRESERVING_OPS
-from .run_plans import RunPlans, packed_non_finite
-from .shadow_graph import ancestors, has_operation
+from .run_plans import RunPlans, computed_by, packed_non_finite
+from .shadow_graph import has_operation
 
 _SCOPE = "tfamp_non_finite_origin"
 HALF, ADDED, FLOAT32, FED = "half", "added", "float32", "fed"
@@ -73,10 +73,9 @@ class NonFiniteOrigin:
 
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
-        computed = list(ancestors(elements, fed_names))
-        names, inputs = tf_graph_inputs(computed)
-        inside = control_flow_of(names, inputs)
-        order = [computed[i] for i in producers_first(names, inputs) if i not in inside]
+        operations, inside = computed_by(elements, fed_names)
+        order = [operations[i] for i in producers_first(*tf_graph_inputs(operations))
+                 if operations[i] not in inside]
         half = {op for op in order if self.shadow.computes_in_half(op)}
         user_graph, user = self.shadow.user_graph, self.shadow.user_name
         added = {op for op in order if not has_operation(user_graph, user(op.name))}

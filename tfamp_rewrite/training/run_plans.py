@@ -4,14 +4,19 @@ The inf/nan watches (hidden_non_finite.py, non_finite_origin.py) each add, for a
 some fetches fed some tensors, a few ops to the private graph and fetch their result with
 the run.  ``RunPlans(shadow, plan)`` memoises ``plan(elements, fed)`` per such run, and
 forgets them when a heal imports a new generation (new names);
+``computed_by(elements, fed_names)`` is what both look at: the operations such a run
+computes, and which of them lie inside TF1 control flow (their tensors cannot be fetched);
 ``packed_non_finite(graph, tensors, scope)`` is the one fetch both make: whether each tensor
 holds inf/nan, as one bool vector.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, List, Sequence, Set, Tuple
 
 import tensorflow as tf
+
+from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
+from .shadow_graph import ancestors
 
 
 class RunPlans:
@@ -33,6 +38,15 @@ class RunPlans:
         if run not in self._planned:
             self._planned[run] = self._plan(elements, fed)
         return self._planned[run]
+
+
+def computed_by(elements: Sequence, fed_names=frozenset()) -> Tuple[List, Set]:
+    """``(operations, inside)``: the operations a run of ``elements`` computes (a tensor in
+    ``fed_names`` is fed), sorted by name so that plans come out alike in every process, and
+    those among them inside a TF1 while loop or cond branch."""
+    operations = sorted(ancestors(elements, fed_names), key=lambda op: op.name)
+    inside = {operations[i] for i in control_flow_of(*tf_graph_inputs(operations))}
+    return operations, inside
 
 
 def packed_non_finite(graph, tensors: Sequence, scope: str) -> tf.Tensor:

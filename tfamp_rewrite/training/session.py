@@ -200,9 +200,11 @@ class _RewritingSession:
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
-        hidden = (self._inference.hidden_fetches(elements, fed) if watched is None and not steps_unseen
-                  else self._inference.origin_fetches(elements, fed)
-                  if watched is not None and self._inference.looking_for_origin() else None)
+        if watched is None:  # a run that infers: its hidden inf/nan checks, or the origin search
+            hidden = None if steps_unseen else self._inference.hidden_fetches(elements, fed)
+        else:  # a training run rides along with the origin search, when one is under way
+            hidden = (self._inference.origin_fetches(elements, fed)
+                      if self._inference.looking_for_origin() else None)
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
@@ -375,7 +377,6 @@ class _RewritingSession:
 def _replace(repeated_field, values) -> None:
     del repeated_field[:]
     repeated_field.extend(values)
-
 
 
 def _fed_tensors(feeds):

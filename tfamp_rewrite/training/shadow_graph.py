@@ -44,6 +44,7 @@ from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
 from .step_signals import step_signals
+from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
@@ -152,18 +153,15 @@ class ShadowGraph:
                      "the heal" % (len(guarded), self.dtype, guarded[0], self.dtype))
 
     def _state_variables(self) -> Tuple[Set[str], Set[str]]:
-        """``(variables, writes to leave)`` for state_guard.py: the user graph's non-trainable
-        floating global variables, the loss scales' aside, when it holds a loss-scaled step
-        (else none), and the operations computed from a step's finite flag (an optimizer's
-        own state, written in the branch of steps that apply)."""
+        """``(variables, writes to leave)`` for state_guard.py: the user graph's
+        ``state_variables`` when it holds a loss-scaled step (else none), and the operations
+        computed from a step's finite flag (an optimizer's own state, written in the branch
+        of steps that apply)."""
         signals = step_signals(self.user_graph)
         if not signals:
             return set(), set()
-        graph, keys = self.user_graph, tf.compat.v1.GraphKeys
-        trainable = {v.op.name for v in graph.get_collection(keys.TRAINABLE_VARIABLES)}
-        scales = {v.op.name for s in signals for v in s.loss_scale.variables()}
-        state = {v.op.name for v in graph.get_collection(keys.GLOBAL_VARIABLES)
-                 if v.dtype.base_dtype.is_floating} - trainable - scales
+        graph = self.user_graph
+        state = {v.op.name for v in state_variables(graph)}
         # Through data edges only: a write that merely waits on the train op (a MoCo queue's
         # control dependency) runs in skipped steps too.
         applied_only = {op.name for op in reachable(

@@ -86,13 +86,10 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
                 "validate_shape" in node.attr and not node.attr["validate_shape"].b)):
             continue  # an initializer or a restore (it may run first), or another shape
         scope = node.name + _SCOPE
-        added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype),
-                 _unchanged(node, scope + "unchanged", what, dtype, value),
-                 node_def(scope + "finite_only", "Select",
-                          [scope + "is_finite", value, scope + "unchanged"], T=dtype)]
-        if added[1].op == "StridedSlice" and node.op.startswith("Resource"):
-            added.insert(1, node_def(scope + "read", "ReadVariableOp", [node.input[0]], dtype=dtype))
-            added[2].input[0] = scope + "read"
+        added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype)]
+        added += _unchanged(node, scope, what, dtype, value)
+        added.append(node_def(scope + "finite_only", "Select",
+                              [scope + "is_finite", value, scope + "unchanged"], T=dtype))
         for each in added:
             each.device = node.device
         graph_def.node.extend(added)
@@ -101,30 +98,30 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
     return guarded
 
 
-def _unchanged(write, name: str, what: str, dtype: int, value: str):
-    """The node computing what ``write`` leaves where its value is not finite."""
+def _unchanged(write, scope: str, what: str, dtype: int, value: str) -> List:
+    """The nodes computing what ``write`` leaves where its value is not finite, the last
+    one named ``scope + "unchanged"``."""
+    name = scope + "unchanged"
     resource = write.op.startswith("Resource") or write.op.endswith("VariableOp")
     target = write.input[0]
     if what == DELTA:
-        return node_def(name, "ZerosLike", [value], T=dtype)
+        return [node_def(name, "ZerosLike", [value], T=dtype)]
     if what == VALUE:
-        return (node_def(name, "ReadVariableOp", [target], dtype=dtype) if resource
-                else node_def(name, "Identity", [target], T=dtype))
+        return [node_def(name, "ReadVariableOp", [target], dtype=dtype) if resource
+                else node_def(name, "Identity", [target], T=dtype)]
+    if what == SLICE:
+        nodes = [node_def(scope + "read", "ReadVariableOp", [target], dtype=dtype)] if resource else []
+        sliced = node_def(name, "StridedSlice", [nodes[0].name if nodes else target]
+                          + list(write.input[1:4]), T=dtype)
+        for attr in _SLICE_ATTRS:
+            sliced.attr[attr].CopyFrom(write.attr[attr])
+        return nodes + [sliced]
+    gather = {ROWS: "Gather", ND_ROWS: "GatherNd"}[what]
     index_type = write.attr["Tindices"].type
-    if what == ROWS:
-        return (node_def(name, "ResourceGather", [target, write.input[1]], dtype=dtype,
-                         Tindices=index_type) if resource
-                else node_def(name, "Gather", [target, write.input[1]], Tparams=dtype,
-                              Tindices=index_type))
-    if what == ND_ROWS:
-        return (node_def(name, "ResourceGatherNd", [target, write.input[1]], dtype=dtype,
-                         Tindices=index_type) if resource
-                else node_def(name, "GatherNd", [target, write.input[1]], Tparams=dtype,
-                              Tindices=index_type))
-    sliced = node_def(name, "StridedSlice", [target] + list(write.input[1:4]), T=dtype)
-    for attr in _SLICE_ATTRS:
-        sliced.attr[attr].CopyFrom(write.attr[attr])
-    return sliced
+    if resource:
+        return [node_def(name, "Resource" + gather, [target, write.input[1]], dtype=dtype,
+                         Tindices=index_type)]
+    return [node_def(name, gather, [target, write.input[1]], Tparams=dtype, Tindices=index_type)]
 
 
 def _variable_of(text: str, by_name) -> Optional[str]:

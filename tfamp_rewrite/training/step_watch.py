@@ -349,9 +349,8 @@ class StepWatch:
     def _nonfinite_variables(self, run_private) -> List[str]:
         if self._variable_check is None:
             graph = self.shadow.user_graph
-            signals = [s for s in step_signals(graph) if s.all_finite.graph is graph]
-            scales = {v.op.name for s in signals for v in s.loss_scale.variables()}
-            read = {op.name for op in ancestors([s.all_finite for s in signals])} - scales
+            read = {op.name for op in ancestors([s.all_finite for s in step_signals(graph)
+                                                 if s.all_finite.graph is graph])}
             self._variable_check = VariableCheck(graph, self.shadow.graph, self.shadow.private_fetch,
                                                  read)
         return self._variable_check.nonfinite(run_private)

@@ -10,7 +10,7 @@ that a write the session could not guard (state_guard.py) left inf/nan.
 
 ``VariableCheck(user_graph, private_graph, private_fetch, read)`` adds, in the session's
 private graph, one ``reduce_all(is_finite(value))`` per floating trainable variable of the
-user's graph, then per non-trainable global one named in ``read`` (what the steps read);
+user's graph, then per one of its ``state_variables`` named in ``read`` (what the steps read);
 ``nonfinite(run_private)`` runs them and returns the names of the variables that are not
 finite, in that order; ``state`` names the non-trainable ones.  Nothing is added to the
 user's graph.
@@ -21,19 +21,30 @@ from typing import Callable, List
 
 import tensorflow as tf
 
+from .step_signals import step_signals
+
 SCOPE = "tfamp_variable_check"
+
+
+def state_variables(graph) -> list:
+    """``graph``'s non-trainable floating global variables, the loss scales' aside: the
+    state a training run writes besides the optimizer's update (a batch norm's averages,
+    a queue of keys, an optimizer's slots)."""
+    keys = tf.compat.v1.GraphKeys
+    trainable = {v.op.name for v in graph.get_collection(keys.TRAINABLE_VARIABLES)}
+    scales = {v.op.name for s in step_signals(graph) for v in s.loss_scale.variables()}
+    return [v for v in graph.get_collection(keys.GLOBAL_VARIABLES)
+            if v.dtype.base_dtype.is_floating and v.op.name not in trainable | scales]
 
 
 class VariableCheck:
     """Finite checks of one private graph's copy of the trainable variables (module docstring)."""
 
     def __init__(self, user_graph, private_graph, private_fetch: Callable, read=frozenset()):
-        keys = tf.compat.v1.GraphKeys
-        trainable = user_graph.get_collection(keys.TRAINABLE_VARIABLES)
-        named = {v.op.name for v in trainable}
-        state = [v for v in user_graph.get_collection(keys.GLOBAL_VARIABLES)
-                 if v.op.name not in named and v.op.name in read]
-        variables = [v for v in trainable + state if v.dtype.base_dtype.is_floating]
+        trainable = [v for v in user_graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+                     if v.dtype.base_dtype.is_floating]
+        state = [v for v in state_variables(user_graph) if v.op.name in read]
+        variables = trainable + state
         self.names = [v.op.name for v in variables]
         self.state = {v.op.name for v in state}  # not trainable
         self._flags = []
