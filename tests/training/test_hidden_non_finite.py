@@ -155,11 +155,33 @@ def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
         def watched(fetch, fed=()):
             planned = session._inference._hidden.fetches([private.private_fetch(fetch)],
                                               [private.private_feed(t) for t in fed])
-            return planned[0] if planned else []
+            return planned.entries if planned else []
 
         assert watched("float32_only:0") == []
         assert watched("half:0") == ["'logits:0', read by 'half' (ArgMax)"]
         assert watched("half:0", fed=["logits:0"]) == []
+
+
+def test_a_training_run_watches_what_its_forward_pass_hides_not_its_gradients():
+    """A training run's checks name the forward reader of an overflowed denominator; the
+    gradient's divisions by it (sorted first by name) are the loss scale's concern."""
+    from tfamp_rewrite.training.hidden_non_finite import HiddenNonFinite
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        w = tf1.get_variable("w", initializer=tf.ones([4, 3]))
+        denominator = tf.matmul(x, w, name="denominator")
+        loss = tf.reduce_mean(tf.math.divide(1.0, denominator, name="ratio"))
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    with Session(graph=graph) as session:
+        session.run(init)
+        elements = [session._shadow.private_fetch(name) for name in (train.name, loss.name)]
+        everything = HiddenNonFinite(session._shadow).fetches(elements).entries
+        forward = HiddenNonFinite(session._shadow, forward_only=True).fetches(elements).entries
+    assert any("read by 'gradients/" in each for each in everything)
+    assert forward == ["'denominator:0', read by 'ratio' (RealDiv)"]
 
 
 def tf1_control_flow_graph():
@@ -217,6 +239,6 @@ def test_a_run_through_tf1_control_flow_watches_only_what_it_can_fetch(caplog):
             session._shadow.private_feed("x:0")])
     for value, want in zip(values, expected):
         np.testing.assert_array_equal(value, want)
-    assert sorted(planned[0]) == ["'final_logits:0', read by 'after_loop' (ArgMax)",
+    assert sorted(planned.entries) == ["'final_logits:0', read by 'after_loop' (ArgMax)",
                                   "'logits:0', read by 'after_cond' (ArgMax)"]
     assert not hidden_lines(caplog)

@@ -85,6 +85,8 @@ def test_runs_that_show_no_inf_stop_the_search_after_a_few(caplog):
                 session.run("out:0", {"x:0": np.ones([2, 4], np.float32)})
             assert watch.hidden_fetches([element]) is None
     assert origin_lines(caplog) == []
+    (ended,) = [r.getMessage() for r in caplog.records if "has ended" in r.getMessage()]
+    assert "%d later runs found none in the float16 nodes" % inference_watch.ORIGIN_RUNS in ended
 
 
 def test_an_inf_that_float32_makes_is_said_to_start_outside_float16(caplog):

@@ -8,6 +8,7 @@ loss scales above 2**5 (the scale's business, not a culprit's).
 """
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -149,9 +150,15 @@ def overflow_net(input_scale=2000.0, pipeline=None, seed=0):
     return parts
 
 
-def train(parts, session, steps):
-    """Runs ``steps`` training steps; returns their losses."""
-    return [session.run([parts["train"], parts["loss"]], parts.get("feed"))[1] for _ in range(steps)]
+def train(parts, session, steps, through="run"):
+    """Runs ``steps`` training steps; returns their losses.  ``through="callable"``: by a
+    callable made from options, as Keras in TF1 graph mode trains."""
+    feed = parts.get("feed") or {}
+    if through == "run":
+        return [session.run([parts["train"], parts["loss"]], feed)[1] for _ in range(steps)]
+    call = session._make_callable_from_options(config_pb2.CallableOptions(
+        feed=[key.name for key in feed], fetch=[parts["loss"].name], target=[parts["train"].name]))
+    return [call(*feed.values())[0] for _ in range(steps)]
 
 
 def culprit_messages(caplog):
@@ -924,13 +931,14 @@ def pairwise_distance_net():
                 global_step=global_step)
 
 
-def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplog):
+@pytest.mark.parametrize("through", ["run", "callable"])
+def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplog, through):
     parts = pairwise_distance_net()
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=parts["graph"]) as session:
             session.run(parts["init"])
             before = session.run(parts["w"])
-            losses = train(parts, session, 24)
+            losses = train(parts, session, 24, through)
             moved = np.abs(session.run(parts["w"]) - before).max()
             heals = session.heals
     said = [r.getMessage() for r in caplog.records if "yet its gradients were finite" in r.getMessage()]
@@ -968,6 +976,44 @@ def test_a_nan_loss_hook_waits_while_a_nan_with_finite_gradients_is_traced(monke
         assert stopped is None and np.isfinite(losses[-1])
     else:
         assert stopped is not None and losses == []
+
+
+def ssim_loss_net():
+    """An image optimised towards a target by ``1 - ssim(max_val=255)``: the Gaussian
+    smoothing of x^2 + y^2 (about 1.3e5) overflows a float16 depthwise convolution, SSIM's
+    ratio is finite / inf = 0, the loss 1, its gradients zero -- every value finite."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    target = rng.uniform(100, 255, (2, 24, 24, 1)).astype(np.float32)
+    start = np.clip(target + rng.standard_normal(target.shape).astype(np.float32) * 40, 0, 255)
+    with graph.as_default():
+        image = tf1.get_variable("image", initializer=start)
+        loss = 1.0 - tf.reduce_mean(tf.image.ssim(image, tf.constant(target), max_val=255.0))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(2.0), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    return dict(graph=graph, train=train_op, loss=loss, init=init, image=image)
+
+
+@pytest.mark.parametrize("through", ["run", "callable"])
+def test_a_loss_whose_denominator_overflowed_is_said_traced_and_healed(caplog, through):
+    """Nothing returned is inf/nan and no step skips, yet the image never moves: the
+    training run's forward pass hides an inf, which is said, traced and healed -- the same
+    through a callable made from options (Keras in TF1 graph mode)."""
+    parts = ssim_loss_net()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            losses = train(parts, session, 12, through)
+            heals = session.heals
+    assert losses[0] == losses[1] == 1.0  # float32: 0.28, then falling
+    (said,) = [r.getMessage() for r in caplog.records if "which the values it returned do not show" in
+               r.getMessage()]
+    assert re.search(r"computed inf/nan in '[^']+', read by 'SSIM/[^']+' \(RealDiv\)", said)
+    assert "its gradients were finite, so its step applied" in said
+    assert heals and "SSIM/depthwise_3" in heals[0].nodes
+    assert heals[0].env and "ALLOWLIST_REMOVE=DepthwiseConv2dNative" in heals[0].env
+    assert np.isfinite(losses[-1]) and losses[-1] < 0.5  # it trains once healed
 
 
 def test_state_the_steps_read_holding_nan_is_named_and_nothing_is_healed(caplog):

@@ -10,15 +10,19 @@ garbage, and so does a ratio whose denominator overflowed (SSIM of 0..255 images
 for each floating tensor that an op hiding inf/nan reads (``HIDING_OPS``) and that a half
 node lies upstream of, whether it holds inf/nan -- packed into one bool vector.
 Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetched there.
+
+A training run whose steps apply can hide one too: a loss of ``1 - ssim`` on 0..255 images
+is 1 with zero gradients.  ``HiddenNonFinite(shadow, forward_only=True)`` plans for such
+runs, and watches the forward pass only: a backward node's inf/nan is the loss scale's
+concern (the step skips), and a gradient's division hides nothing the loss shows.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
-import tensorflow as tf
-
-from .run_plans import RunPlans, computed_by, packed_non_finite
-from .shadow_graph import reachable
+from .run_plans import HIDDEN, Plan, RunPlans, computed_by, packed_non_finite
+from .shadow_graph import has_operation, reachable
+from .unscaled_training import GRADIENT_SCOPE
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
 # type to another (_hidden_inputs).
@@ -38,15 +42,19 @@ _SCOPE = "tfamp_hidden_non_finite"
 class HiddenNonFinite:
     """A rewriting session's checks of the inf/nan its runs' fetched values hide."""
 
-    def __init__(self, shadow):
+    def __init__(self, shadow, forward_only: bool = False):
         self.shadow = shadow
+        self.forward_only = forward_only
         self._plans = RunPlans(shadow, self._plan)
 
-    def fetches(self, elements: Sequence, fed=()) -> Optional[Tuple[List[str], tf.Tensor]]:
-        """``(descriptions, packed statuses)`` for a run of ``elements`` (private graph): a
-        description per watched tensor ("'logits:0' read by 'ArgMax'"), the status true where
-        it holds inf/nan; None when the run computes no such tensor."""
+    def fetches(self, elements: Sequence, fed=()) -> Optional[Plan]:
+        """A ``HIDDEN`` plan for a run of ``elements`` (private graph): a description per
+        watched tensor ("'logits:0' read by 'ArgMax'"), the packed status true where it
+        holds inf/nan; None when the run computes no such tensor."""
         return self._plans.get(elements, fed)
+
+    def _in_backward_pass(self, op) -> bool:
+        return self.forward_only and bool(GRADIENT_SCOPE.search(self.shadow.user_name(op.name)))
 
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
@@ -57,19 +65,30 @@ class HiddenNonFinite:
             lambda op: [c for t in op.outputs for c in t.consumers() if c in computed])
         watched = {}
         for op in operations:
+            if self._in_backward_pass(op):
+                continue
             for index in _hidden_inputs(op):
                 tensor = op.inputs[index]
                 if (tensor.dtype.is_floating and tensor.op in half_downstream
-                        and tensor.name not in fed_names and tensor.name not in watched
-                        and tensor.op not in inside):
+                        and not self._in_backward_pass(tensor.op) and tensor.name not in fed_names
+                        and tensor.name not in watched and tensor.op not in inside):
                     watched[tensor.name] = (tensor, op)
         if not watched:
             return None
-        descriptions = ["%r, read by %r (%s)" % (self.shadow.user_name(tensor.name),
+        descriptions = ["%r, read by %r (%s)" % (self._user_tensor(tensor),
                                                  self.shadow.user_name(reader.name), reader.type)
                         for tensor, reader in watched.values()]
-        return descriptions, packed_non_finite(self.shadow.graph, [t for t, _ in watched.values()],
-                                               _SCOPE)
+        return Plan(HIDDEN, descriptions, packed_non_finite(
+            self.shadow.graph, [t for t, _ in watched.values()], _SCOPE))
+
+
+    def _user_tensor(self, tensor) -> str:
+        """``tensor``'s user name; for the output of a cast or rounding the rewrite added,
+        its source's (the user's own tensor)."""
+        user = self.shadow.user_name
+        while not has_operation(self.shadow.user_graph, user(tensor.op.name)) and tensor.op.inputs:
+            tensor = tensor.op.inputs[0]
+        return user(tensor.name)
 
 
 def _hidden_inputs(op) -> Tuple[int, ...]:

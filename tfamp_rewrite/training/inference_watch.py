@@ -19,8 +19,10 @@ the tensors of their half region hold inf/nan (non_finite_origin.py), and the fi
 that shows one says, once more, where it starts and the edit that keeps it float32.
 
 A training run whose loss-scaled steps all applied, yet returned inf/nan (``after_step_run``:
-a loss behind ``tf.maximum`` of an overflow, whose gradients are zero), is said once too, and
-the next runs look for the origin the same way; the session heals what they find.
+a loss behind ``tf.maximum`` of an overflow, whose gradients are zero) or computed inf/nan
+that its forward pass hides (``step_run_fetches``: ``1 - ssim`` of 0..255 images is 1, its
+gradients zero), is said once too, and the next runs look for the origin the same way; the
+session heals what they find.  A search that finds nothing in ``ORIGIN_RUNS`` runs says so.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from ..doctor.probes import HalfNode
 from .devices import log_once
 from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
+from .run_plans import ORIGIN
 from .shadow_graph import ancestors, has_operation
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
@@ -52,10 +55,12 @@ class InferenceWatch:
         self.shadow = shadow
         self.said = False
         self._hidden = HiddenNonFinite(shadow)
+        self._hidden_in_steps = HiddenNonFinite(shadow, forward_only=True)
         self._origin = NonFiniteOrigin(shadow)
         self._origin_runs = 0      # runs left to look for the origin of what was said
         self._said_applied = False  # a training run's inf/nan with finite gradients: said once
-        self._runs = 0
+        self._runs = 0             # inference runs, and training runs, counted for check_due
+        self._step_runs = 0
 
     def hidden_fetches(self, elements, fed=()):
         """What this inference run fetches besides, for ``after_run``: while an origin is
@@ -86,12 +91,34 @@ class InferenceWatch:
         if self.said:
             return False
         self._runs += 1
-        return self._runs <= CHECK_EVERY_RUN or self._runs % CHECK_THEN == 0
+        return _due(self._runs)
+
+    def step_run_fetches(self, elements, fed=()):
+        """What a training run fetches besides, for ``after_step_run``: while an origin is
+        looked for, ``origin_fetches``; before a training run's inf/nan was said, on the
+        runs ``step_check_due`` picks, the checks of what its forward pass hides."""
+        if self.looking_for_origin():
+            return self.origin_fetches(elements, fed)
+        plan = self.step_hidden_plan(elements, fed)
+        return plan if plan is not None and self.step_check_due() else None
+
+    def step_hidden_plan(self, elements, fed=()):
+        """The checks of what a training run's forward pass hides (a callable's, fixed when
+        it is made), or None once a training run's inf/nan was said."""
+        return None if self._said_applied else self._hidden_in_steps.fetches(elements, fed)
+
+    def step_check_due(self) -> bool:
+        """Whether this training run checks for hidden inf/nan (counts it): as inference
+        runs are picked (``check_due``), counted apart."""
+        if self._said_applied:
+            return False
+        self._step_runs += 1
+        return _due(self._step_runs)
 
     def after_run(self, fetches, values, hidden=None, hidden_statuses=None) -> None:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one."""
-        if _is_origin_plan(hidden):
+        if hidden is not None and hidden.kind == ORIGIN:
             self.after_origin_run(hidden, hidden_statuses, _non_finite_leaf(fetches, values) is not None)
             return
         if self.said:
@@ -104,7 +131,7 @@ class InferenceWatch:
         elif hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
                       "computed no loss-scaled step, so nothing watched or healed it"
-                      % hidden[0][int(np.argmax(hidden_statuses))])
+                      % hidden.entries[int(np.argmax(hidden_statuses))])
 
     def after_failure(self, error, elements, fed=()) -> None:
         """Says a run (of ``elements``, fed ``fed``) that failed an assertion below a half
@@ -127,28 +154,37 @@ class InferenceWatch:
     def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None
                        ) -> Optional[Origin]:
         """After a run that computed a loss-scaled step (``applied``: every one applied): the
-        origin its ``plan`` (``origin_fetches``) found, for the session to heal; else, the
-        first time such a run returns inf/nan though its steps applied -- a float16
-        overflow behind ops that pass no gradient through inf/nan leaves the gradients
-        finite, zero, and the weights where they were -- says so and looks for the origin."""
-        if _is_origin_plan(plan):
+        origin its ``plan`` (``step_run_fetches``) found, for the session to heal; else, the
+        first time such a run returns inf/nan, or its forward pass hides one, though its
+        steps applied -- a float16 overflow behind ops that pass no gradient through
+        inf/nan leaves the gradients finite, zero, and the weights where they were -- says
+        so and looks for the origin."""
+        if plan is not None and plan.kind == ORIGIN:
             return self.after_origin_run(plan, statuses, _non_finite_leaf(fetches, values) is not None)
         if not applied or self._said_applied:
             return None
         found = _non_finite_leaf(fetches, values)
-        if found is None:
+        if found is not None:
+            name = getattr(found, "name", found)
+            what = ("returned inf/nan%s, yet its gradients were finite"
+                    % (" in %r" % name if isinstance(name, str) and name else ""))
+            how = ("A value the loss does not compute is no step's concern; a loss behind ops that "
+                   "pass no gradient through inf/nan (tf.maximum, a max or min reduction, a "
+                   "comparison) leaves the gradients zero and the weights where they were.")
+        elif plan is not None and statuses is not None and np.any(statuses):
+            what = ("computed inf/nan in %s, which the values it returned do not show, and its "
+                    "gradients were finite" % plan.entries[int(np.argmax(statuses))])
+            how = ("A loss computed through it can look finite while its gradients are zero and "
+                   "the weights stay where they were: a ratio whose denominator overflowed is 0 "
+                   "(1 - SSIM of 0..255 images is 1).")
+        else:
             return None
         self._said_applied = True
         self._origin_runs = ORIGIN_RUNS
-        name = getattr(found, "name", found)
-        log_once("tfamp_rewrite: a training run of the rewritten graph returned inf/nan%s, yet "
-                 "its gradients were finite, so its step applied and no skipped step was "
-                 "diagnosed. A value the loss does not compute is no step's concern; a loss behind "
-                 "ops that pass no gradient through inf/nan (tf.maximum, a max or min reduction, a "
-                 "comparison) leaves the gradients zero and the weights where they were. The next "
-                 "runs look for where it starts, and the session keeps that node float32 if "
-                 "float16 made it (said once)"
-                 % (" in %r" % name if isinstance(name, str) and name else ""))
+        log_once("tfamp_rewrite: a training run of the rewritten graph %s, so its step applied "
+                 "and no skipped step was diagnosed. %s The next runs look for where it starts, "
+                 "and the session keeps that node float32 if %s made it (said once)"
+                 % (what, how, self.shadow.dtype))
         return None
 
     def after_origin_run(self, plan, statuses, returned_non_finite: bool) -> Optional[Origin]:
@@ -157,7 +193,7 @@ class InferenceWatch:
         (``returned_non_finite``) while its half region held none says float16 did not."""
         if statuses is None or self._origin_runs <= 0:
             return None
-        origin = NonFiniteOrigin.first(plan[0], statuses)
+        origin = NonFiniteOrigin.first(plan.entries, statuses)
         if origin is None and returned_non_finite:
             self._origin_runs = 0
             log_once("tfamp_rewrite: the inf/nan said above does not start in the %s nodes: a later "
@@ -170,6 +206,12 @@ class InferenceWatch:
             return None
         if origin is None:
             self._origin_runs -= 1
+            if self._origin_runs == 0:
+                log_once("tfamp_rewrite: the search for where the inf/nan said above starts has "
+                         "ended: %d later runs found none in the %s nodes nor in the values they "
+                         "read. It did not recur (an input out of range once), or it starts in "
+                         "float32 nodes; tfamp-rewrite doctor, given such an input, names the node "
+                         "(said once)" % (ORIGIN_RUNS, self.shadow.dtype))
             return None
         self._origin_runs = 0
         keep = origin.nodes_to_keep()
@@ -188,11 +230,11 @@ class InferenceWatch:
                 origin.node, origin.op, self.shadow.dtype)
         log_once("tfamp_rewrite: found where the inf/nan starts (a later run of the rewritten "
                  "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
-                     where, "them" if len(keep) > 1 else "it", self._deny_list_edit(keep),
+                     where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
                      ["^%s$" % re.escape(name) for name in keep]))
         return origin
 
-    def _deny_list_edit(self, names) -> str:
+    def list_edit(self, names) -> str:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
         decisions = {d.name: d for report in self.shadow.reports for d in report.decisions
                      if d.name in names}
@@ -209,9 +251,9 @@ class InferenceWatch:
                  % (what, then, self.shadow.dtype, self.shadow.dtype))
 
 
-def _is_origin_plan(plan) -> bool:
-    """Whether ``plan`` (what a run fetched besides) is ``NonFiniteOrigin.fetches``'."""
-    return plan is not None and bool(plan[0]) and isinstance(plan[0][0], Origin)
+def _due(count: int) -> bool:
+    """Whether the ``count``-th run of its kind checks for hidden inf/nan."""
+    return count <= CHECK_EVERY_RUN or count % CHECK_THEN == 0
 
 
 def _non_finite_leaf(fetches, values) -> Optional[object]:

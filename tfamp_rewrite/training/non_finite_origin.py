@@ -20,13 +20,13 @@ Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import producers_first, tf_graph_inputs
 from ..graph_rewrite.emulation import VALUE_PRESERVING_OPS
-from .run_plans import RunPlans, computed_by, packed_non_finite
+from .run_plans import ORIGIN, Plan, RunPlans, computed_by, packed_non_finite
 from .shadow_graph import has_operation
 
 _SCOPE = "tfamp_non_finite_origin"
@@ -58,9 +58,10 @@ class NonFiniteOrigin:
         self.shadow = shadow
         self._plans = RunPlans(shadow, self._plan)
 
-    def fetches(self, elements, fed=()) -> Optional[Tuple[List[Origin], tf.Tensor]]:
-        """``(watched, packed statuses)`` for a run of ``elements`` (private graph), the
-        status true where the tensor holds inf/nan; None when the run computes no half node."""
+    def fetches(self, elements, fed=()) -> Optional[Plan]:
+        """An ``ORIGIN`` plan for a run of ``elements`` (private graph): an Origin per watched
+        tensor, the packed status true where it holds inf/nan; None when the run computes no
+        half node."""
         return self._plans.get(elements, fed)
 
     @staticmethod
@@ -91,7 +92,7 @@ class NonFiniteOrigin:
         if not tensors:  # half nodes with no floating value (an argmax)
             return None
         watched = [self._origin(t, fed_names, half, added) for t in tensors.values()]
-        return watched, packed_non_finite(self.shadow.graph, list(tensors.values()), _SCOPE)
+        return Plan(ORIGIN, watched, packed_non_finite(self.shadow.graph, list(tensors.values()), _SCOPE))
 
     def _origin(self, tensor, fed_names, half, added) -> Origin:
         user = self.shadow.user_name

@@ -7,16 +7,27 @@ forgets them when a heal imports a new generation (new names);
 ``computed_by(elements, fed_names)`` is what both look at: the operations such a run
 computes, and which of them lie inside TF1 control flow (their tensors cannot be fetched);
 ``packed_non_finite(graph, tensors, scope)`` is the one fetch both make: whether each tensor
-holds inf/nan, as one bool vector.
+holds inf/nan, as one bool vector; a ``Plan`` is what a watch planned: its kind, an entry
+per tensor, and that vector.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Set, Tuple
+from typing import Callable, Dict, List, NamedTuple, Sequence, Set, Tuple
 
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
 from .shadow_graph import ancestors
+
+HIDDEN, ORIGIN = "hidden", "origin"  # Plan kinds: hidden_non_finite.py, non_finite_origin.py
+
+
+class Plan(NamedTuple):
+    """One run's extra fetch: whether each watched tensor holds inf/nan."""
+
+    kind: str        # HIDDEN or ORIGIN
+    entries: list    # per watched tensor: a description (HIDDEN), an Origin (ORIGIN)
+    statuses: tf.Tensor  # the packed bool vector (packed_non_finite)
 
 
 class RunPlans:

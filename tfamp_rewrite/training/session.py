@@ -202,9 +202,8 @@ class _RewritingSession:
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
         if watched is None:  # a run that infers: its hidden inf/nan checks, or the origin search
             hidden = None if steps_unseen else self._inference.hidden_fetches(elements, fed)
-        else:  # a training run rides along with the origin search, when one is under way
-            hidden = (self._inference.origin_fetches(elements, fed)
-                      if self._inference.looking_for_origin() else None)
+        else:  # a training run: what its forward pass hides, or the origin search
+            hidden = self._inference.step_run_fetches(elements, fed)
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
@@ -213,7 +212,7 @@ class _RewritingSession:
         if checks is not None:
             extra = dict(extra, checks=checks[1])
         if hidden is not None:
-            extra = dict(extra, hidden=hidden[1])
+            extra = dict(extra, hidden=hidden.statuses)
         values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
                                               elements, fed)
         if watched is not None:
@@ -238,7 +237,7 @@ class _RewritingSession:
         ``DeferredChecks.fetches`` planned, ``statuses`` their values), then the inference
         watch's (``hidden``: what it planned): for a run that computed no loss-scaled step,
         and for one whose watched ``steps`` (``{i: (finite, scale)}``) applied but returned
-        inf/nan, whose origin, once found, is healed (a NanTensorHook waits meanwhile)."""
+        or hid inf/nan, whose origin, once found, is healed (a NanTensorHook waits meanwhile)."""
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
@@ -251,8 +250,10 @@ class _RewritingSession:
         applied = all(bool(finite) for finite, _ in ran.values())
         origin = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
         if origin is not None:
-            self._watch.heal_origin(origin.nodes_to_keep(), origin.tensor, origin.op,
-                                    "no step skipped: an inf/nan with finite gradients")
+            keep = origin.nodes_to_keep()
+            self._watch.heal_origin(keep, origin.tensor, origin.op,
+                                    "no step skipped: an inf/nan with finite gradients",
+                                    self._inference.list_edit(keep))
         if self._watch.can_heal() and (origin is not None or self._inference.looking_for_origin()):
             step_watch.still_recovering(self._user_graph)
 
@@ -291,9 +292,10 @@ class _RewritingSession:
         """Keras' way to run in TF1 graph mode: ``callable_options`` names the user graph's
         feeds, fetches and targets; the callable runs their private twins, takes the user's
         values (rounded or cast where the twin is half) and returns values in the user's
-        dtypes.  Its loss-scaled steps are watched as a run's are: a step due a diagnosis
-        is made through ``run`` (which fetches the probes it computes, and may heal), and
-        after a heal the callable is made again on the healed graph."""
+        dtypes.  Its loss-scaled steps are watched as a run's are: a step due a diagnosis,
+        and a call while the origin of an inf/nan is looked for, is made through ``run``
+        (which fetches the probes or statuses it computes, and may heal), and after a heal
+        the callable is made again on the healed graph."""
         if self._shadow is None:
             return super()._make_callable_from_options(callable_options)
         made = {}
@@ -307,8 +309,9 @@ class _RewritingSession:
         def call(*values, **kwargs):
             if made["generation"] != self._shadow.private_name(""):  # healed since
                 make()
-            if (made["steps"] and not callable_options.tensor_connection
-                    and self._watch.diagnosis_due(made["steps"])):
+            if not callable_options.tensor_connection and (
+                    self._inference.looking_for_origin()
+                    or (made["steps"] and self._watch.diagnosis_due(made["steps"]))):
                 return self._run_as_callable(callable_options, values, kwargs)
             return made["call"](*values, **kwargs)
 
@@ -339,7 +342,9 @@ class _RewritingSession:
         step_tensors = nest.flatten(steps) if steps else []
         checks = self._checks.fetches(fetches + targets, fed)
         check_tensors = [checks[1]] if checks else []
-        hidden = None if steps else self._inference.hidden_plan(fetches + targets, fed)
+        watch = self._inference
+        hidden = (watch.step_hidden_plan if steps else watch.hidden_plan)(fetches + targets, fed)
+        check_due = watch.step_check_due if steps else watch.check_due
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
         _replace(mapped.feed, [t.name for t in feeds])
@@ -350,7 +355,7 @@ class _RewritingSession:
             connection.to_tensor = shadow.private_feed(connection.to_tensor).name
         run = checked_run = self._call_base(super()._make_callable_from_options, mapped)
         if hidden:  # a second callable that also fetches the hidden inf/nan checks
-            mapped.fetch.append(hidden[1].name)
+            mapped.fetch.append(hidden.statuses.name)
             checked_run = self._call_base(super()._make_callable_from_options, mapped)
         conversions = [(feed, feed.dtype.as_numpy_dtype if feed.dtype != user.dtype else None)
                        for feed, user in zip(feeds, user_feeds)]
@@ -359,8 +364,9 @@ class _RewritingSession:
             values = [shadow.fed_value(feed, value if dtype is None else np.asarray(value, dtype))
                       for (feed, dtype), value in zip(conversions, values)]
             steps_before = step_watch.step_runs_so_far()
-            checked = hidden is not None and self._inference.check_due()
+            checked = hidden is not None and check_due()
             results = (checked_run if checked else run)(*values, **kwargs)
+            step_values = None
             if steps:
                 step_values = nest.pack_sequence_as(
                     steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
@@ -368,7 +374,7 @@ class _RewritingSession:
             after_steps = len(fetches) + len(step_tensors)
             self._judge_run(checks, results[after_steps] if checks else None, steps_before,
                             list(callable_options.fetch), list(results[:len(fetches)]),
-                            hidden, results[-1] if checked else None)
+                            hidden, results[-1] if checked else None, step_values)
             return results[:len(fetches)]
 
         return run_private, list(steps or ())

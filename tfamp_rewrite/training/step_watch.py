@@ -404,16 +404,17 @@ class StepWatch:
         return (self.auto_fix and not _runs_collectives(self.shadow.user_graph)
                 and len(self.heals) < self.max_heals)
 
-    def heal_origin(self, nodes: List[str], tensor: str, op: str, why: str) -> None:
+    def heal_origin(self, nodes: List[str], tensor: str, op: str, why: str, env: str) -> None:
         """Keeps ``nodes`` float32: where the inf/nan of a training run whose step applied
         started (``tensor``, its node's ``op``), which no skipped step showed (``why``, the
-        trajectory's stand-in).  Nothing when ``can_heal`` says no."""
+        trajectory's stand-in; ``env``, the list edit that keeps them float32).  Nothing
+        when ``can_heal`` says no."""
         with self._lock:
             if not self.can_heal():
                 return
             twins = twin_nodes(self.shadow.user_graph, nodes, self.shadow.converted_now())
             heal = Heal(nodes=list(nodes), culprit=tensor, op=op, held_by=nodes[0], role="forward",
-                        max_abs=float("inf"), trajectory=why, env="")
+                        max_abs=float("inf"), trajectory=why, env=env)
             self._heal(heal, nodes, twins, "")
 
     def _heal(self, heal: Heal, culprits: List[str], twins: List[str], then: str) -> None:
