@@ -375,6 +375,29 @@ def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
     assert twin_nodes(graph, ["dense_1/MatMul"], every) == []
 
 
+@pytest.mark.parametrize("resource", [False, True])
+def test_a_function_called_again_has_twins_where_it_reads_the_same_variables(resource):
+    """SSIM as the loss and again as a metric ('SSIM', 'SSIM_1') reads no variable, and a
+    Siamese tower applied again with reuse=True ('tower', 'tower_1') reads the same ones:
+    twins.  Two dense layers ('dense', 'dense_1' with deeper names: Tensordot) are not."""
+    graph = tf.Graph()
+    with graph.as_default(), tf1.variable_scope("", use_resource=resource):
+        a, b = (tf1.placeholder(tf.float32, [2, 16, 16, 1]) for _ in range(2))
+        tf.image.ssim(a, b, max_val=255.0)
+        tf.image.ssim(b, a, max_val=255.0)
+        x = tf1.placeholder(tf.float32, [2, 3, 4])
+        for reuse in (False, True):
+            with tf1.variable_scope("tower", reuse=reuse):
+                tf1.layers.dense(x, 4, name="h")
+        tf1.layers.dense(tf1.layers.dense(x, 4), 4)
+    every = {op.name for op in graph.get_operations()}
+    depthwise = sorted(op.name for op in graph.get_operations()
+                       if op.name.startswith("SSIM/") and op.type == "DepthwiseConv2dNative")[0]
+    assert twin_nodes(graph, [depthwise], every) == ["SSIM_1/" + depthwise.partition("/")[2]]
+    assert twin_nodes(graph, ["tower/h/Tensordot/MatMul"], every) == ["tower_1/h/Tensordot/MatMul"]
+    assert twin_nodes(graph, ["dense/Tensordot/MatMul"], every) == []
+
+
 def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     """-log(1 - sigmoid(40)) is log(0) in float32 too: the half nodes upstream of the float32
     Log are only presumed to blame, and the warning says so."""

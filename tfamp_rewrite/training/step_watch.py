@@ -427,11 +427,12 @@ class StepWatch:
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
+        with_twins = (", with %s, the same layer%s under another scope (a target network, a tower, "
+                      "a function called again)" % (_some(twins, 4), "s" if len(twins) > 1 else "")
+                      if twins else "")
         _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) converted now)%s%s" % (
-                            _some(culprits),
-                            ", with %s, the same layer%s under another scope (a target network, a "
-                            "tower)" % (_some(twins, 4), "s" if len(twins) > 1 else "") if twins else "",
-                            report.nodes_converted, then, self._heal_file_hint()))
+                            _some(culprits), with_twins, report.nodes_converted, then,
+                            self._heal_file_hint()))
 
     def _heal_file_hint(self) -> str:
         """Once per process, without a heal file: how other processes start healed."""

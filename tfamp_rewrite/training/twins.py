@@ -1,25 +1,40 @@
-"""A layer's twins: the same layer under another top scope.
+"""A layer's twins: the same layer under another top scope, or the same function called again.
 
 A DQN's target network has its online network's layers under another scope, and its Q
-values come from a run that infers, which is never healed; a tower has its replica's.  When a
-heal keeps a layer's node float32, the session keeps its twins float32 too (step_watch.py).
+values come from a run that infers, which is never healed; a tower has its replica's.  A
+function that holds no weights and is called twice -- ``tf.image.ssim`` as the training loss
+and again as an evaluation metric -- has its nodes under a scope and the same scope made
+unique ("SSIM" and "SSIM_1").  When a heal keeps a node float32, the session keeps its twins
+float32 too (step_watch.py).
 """
 from __future__ import annotations
 
-from typing import Dict, List
+import re
+from typing import Dict, List, Set
+
+_UNIQUE_SUFFIX = re.compile(r"_\d+$")  # TensorFlow's suffix for a name scope entered again
+_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+_READ_OPS = frozenset({"Identity", "ReadVariableOp"})
 
 
 def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
-    """The converted nodes of ``graph`` that are ``nodes``' layers under another top scope --
-    a DQN's target network beside its online one, a tower beside another: the same name past
-    the first scope, within a layer of it ("online/q/MatMul" and "target/q/MatMul", not
-    "dense/MatMul" and "dense_1/MatMul", two layers of one model), the same op, and inputs
-    of the same ops, named alike within their scopes.  A run that infers with a twin (the
-    target network's Q values) is never healed, so its overflow is kept off with the node's."""
+    """The converted nodes of ``graph`` that are ``nodes``' twins: the same name past the
+    first scope, the same op, and inputs of the same ops, named alike within their scopes;
+    and either
+
+    * a layer under another top scope ("online/q/MatMul" and "target/q/MatMul": the name
+      past the first scope names a layer's node), or
+    * the same scope entered again ("SSIM/depthwise_3" and "SSIM_1/depthwise_3";
+      "siamese/h/MatMul" and "siamese_1/h/MatMul" of a network applied twice with
+      ``reuse=True``) where both read the same variables: a function called twice, not
+      two layers of one model ("dense/MatMul" and "dense_1/MatMul" read their own kernels).
+
+    A run that infers with a twin (the target network's Q values, an evaluation's SSIM)
+    is never healed, so its overflow is kept off with the node's."""
     by_tail: Dict[str, list] = {}
     for op in graph.get_operations():
         head, slash, tail = op.name.partition("/")
-        if "/" in tail and op.name in converted:
+        if slash and op.name in converted:
             by_tail.setdefault(tail, []).append(op)
     twins = []
     for name in nodes:
@@ -30,18 +45,53 @@ def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
             op = graph.get_operation_by_name(name)
         except KeyError:
             continue
-        twins.extend(other.name for other in by_tail[tail]
-                     if other.name not in nodes and other.name not in twins and other.type == op.type
-                     and _alike_inputs(op, head, other, other.name.partition("/")[0]))
+        for other in by_tail[tail]:
+            other_head = other.name.partition("/")[0]
+            if (other.name in nodes or other.name in twins or other.type != op.type
+                    or not _alike_inputs(op, head, other, other_head)):
+                continue
+            if _same_scope_again(head, other_head):
+                if _variables_read(op, head) == _variables_read(other, other_head):
+                    twins.append(other.name)
+            elif "/" in tail:
+                twins.append(other.name)
     return twins
+
+
+def _same_scope_again(head: str, other_head: str) -> bool:
+    """Whether two top scopes are one name scope made unique ("SSIM", "SSIM_1", "SSIM_2")."""
+    return _UNIQUE_SUFFIX.sub("", head) == _UNIQUE_SUFFIX.sub("", other_head)
+
+
+def _variables_read(op, head: str) -> Set[str]:
+    """The variables ``op`` reads through the ops of its scope ``head`` (and their reads:
+    ``w/read``, ``ReadVariableOp``, wherever they are)."""
+    found, stack, seen = set(), [op], set()
+    while stack:
+        each = stack.pop()
+        if each in seen:
+            continue
+        seen.add(each)
+        if each.type in _VARIABLE_OPS:
+            found.add(each.name)
+            continue
+        stack.extend(t.op for t in each.inputs if t.op.name.startswith(head + "/")
+                     or t.op.type in _VARIABLE_OPS or _reads_a_variable(t.op))
+    return found
+
+
+def _reads_a_variable(op) -> bool:
+    return op.type in _READ_OPS and bool(op.inputs) and op.inputs[0].op.type in _VARIABLE_OPS
 
 
 def _alike_inputs(op, head: str, other, other_head: str) -> bool:
     """Whether ``op`` (under scope ``head``) and ``other`` read the same ops, those within
-    their scopes named alike there ("online/h/Relu" and "target/h/Relu")."""
+    their scopes named alike there ("online/h/Relu" and "target/h/Relu"), or one tensor."""
     if len(op.inputs) != len(other.inputs):
         return False
     for mine, theirs in zip(op.inputs, other.inputs):
+        if mine.name == theirs.name:  # one tensor: a shared weight's read
+            continue
         if mine.op.type != theirs.op.type:
             return False
         inside = mine.op.name.startswith(head + "/"), theirs.op.name.startswith(other_head + "/")
