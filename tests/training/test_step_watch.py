@@ -675,6 +675,41 @@ def test_every_independent_culprit_of_a_step_is_healed_at_once(caplog):
     assert all(reports.decision(g).dtype == "float32" for g in parts["grams"])
 
 
+def test_a_chain_of_gradients_too_large_at_any_scale_is_healed_without_restarting_the_scale(caplog):
+    """A loss weighted 1e5 (style transfer's) sends gradients past 65504 back through every
+    conv: each heal keeps one more layer's backprop float32.  The first heal restarts the
+    scale; those after it, healing the same chain further, leave it where it is -- a
+    restart costs a fall of many skipped steps per layer where the culprit hides behind
+    other overflows at high scales."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 8, 8, 4], name="x")
+        h = x
+        for i in range(4):
+            kernel = tf1.get_variable("w%d" % i, initializer=tf1.truncated_normal_initializer(
+                stddev=0.3, seed=i), shape=[3, 3, 4, 4])
+            h = tf.nn.relu(tf.nn.conv2d(h, kernel, [1, 1, 1, 1], "SAME"))
+        loss = 1e5 * tf.reduce_sum(h)
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss, global_step=tf1.train.get_or_create_global_step())
+        init = tf1.global_variables_initializer()
+    data = np.random.RandomState(0).rand(2, 8, 8, 4).astype(np.float32)
+    parts = dict(graph=graph, train=train_op, loss=loss, feed={x: data})
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            losses = train(parts, session, 40)
+            heals = session.heals
+    healed = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
+    assert len(heals) >= 3 and all(h.gradients_only for h in heals)
+    assert "restarts from its initial value" in healed[0]
+    assert all("the loss scale stays where it is" in line for line in healed[1:])
+    episodes = [r.getMessage() for r in caplog.records if "are being skipped" in r.getMessage()]
+    assert "loss scale 32768 -> 16384 (" in episodes[1]  # restarted after the first heal
+    assert "loss scale 32768" not in episodes[2]          # not after the second
+    assert np.isfinite(losses[-5:]).all()
+
+
 def test_one_heal_keeps_the_half_readers_past_a_float32_sum():
     """A MatMul of about 1e5, summed in float32 (an Exp, deny list, feeds the sum) and read in
     half by the next MatMul: one heal keeps both MatMuls float32, where keeping the first

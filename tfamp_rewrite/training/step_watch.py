@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -103,6 +104,7 @@ class Heal:
     env: str
     presumed: bool = False  # the culprit's half nodes were presumed to blame (Culprit.presumed)
     more_culprits: List[str] = field(default_factory=list)  # the step's others, healed with it
+    gradients_only: bool = False  # every culprit a gradient too large for half at any scale
 
 
 _auto_fix_default: Optional[bool] = None  # enable_mixed_precision_graph_rewrite(auto_fix=...)
@@ -370,7 +372,8 @@ class StepWatch:
         heal = Heal(nodes=list(finding.half_nodes), culprit=culprit.tensor, op=culprit.op,
                     held_by=culprit.held_by, role=culprit.role, max_abs=culprit.max_abs,
                     trajectory=trajectory, env=finding.fix.env, presumed=culprit.presumed,
-                    more_culprits=[c.tensor for c in finding.culprits[1:]])
+                    more_culprits=[c.tensor for c in finding.culprits[1:]],
+                    gradients_only=all(c.role != "forward" for c in finding.culprits))
         they = "them" if len(finding.culprits) > 1 else "it"
         collective = _runs_collectives(self.shadow.user_graph)
         can_heal = self.auto_fix and not collective and len(self.heals) < self.max_heals
@@ -395,6 +398,15 @@ class StepWatch:
                                    ", or run again with %s=path set: each run then writes its "
                                    "heals there and the next starts from them, so heals beyond "
                                    "one session's limit add up over runs" % HEAL_FILE_ENV))
+            return
+        if heal.gradients_only and self.heals and self.heals[-1].gradients_only:
+            # The gradient flowing on past the last heal's is as large: restarting the scale
+            # would cost a fall to the floor (15 skipped steps) for each layer of the chain.
+            self._heal(heal, finding.half_nodes, twins,
+                       "; the loss scale stays where it is, as the heal before this one also kept "
+                       "gradients too large for %s at any scale float32: the next of such a chain "
+                       "is named within a step or two, and the scale grows again as usual"
+                       % self.shadow.dtype)
             return
         self._reset_loss_scales(signals, run_private)
         self._heal(heal, finding.half_nodes, twins, "; the loss scale restarts from its initial value")
@@ -547,9 +559,17 @@ def _nonfinite_feeds(feeds) -> List[str]:
     return names
 
 
+_collectives: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # graph -> (version, answer)
+
+
 def _runs_collectives(graph) -> bool:
-    """True if ``graph`` holds Horovod's collective ops: every rank must run the same graph."""
-    return any(op.type.startswith("Horovod") for op in graph.get_operations())
+    """True if ``graph`` holds Horovod's collective ops: every rank must run the same graph.
+    Looked up once per graph version: a scan of thousands of ops per step shows in step time."""
+    known = _collectives.get(graph)
+    if known is None or known[0] != graph.version:
+        known = _collectives[graph] = (graph.version, any(
+            op.type.startswith("Horovod") for op in graph.get_operations()))
+    return known[1]
 
 
 MOST_CULPRITS_SAID = 4  # a warning names this many culprits, then counts the others
