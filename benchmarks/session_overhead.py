@@ -55,7 +55,8 @@ def tiny_graph(kind):
     with the graph show there), or one dynamically loss-scaled gradient-descent step on ``w * a``
     ("training step": no allow-list op, so the rewrite converts nothing and both sessions run
     the same kernels; TensorFlow's runs the graph with its unscale group fused, as ours does
-    when the compiled op is there)."""
+    when the compiled op is there), or that step through ``DEEP_LAYERS`` such layers
+    ("training step, deep")."""
     graph = tf.Graph()
     with graph.as_default():
         a = tf1.placeholder(tf.float32, [4], name="a")
@@ -69,17 +70,21 @@ def tiny_graph(kind):
             w = tf1.get_variable("w", [4], initializer=tf1.ones_initializer())
             optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01),
                                                          "dynamic")
-            fetch = optimizer.minimize(tf.reduce_sum(tf.square(w * a)))
+            value = w * a
+            for layer in range(DEEP_LAYERS if kind == "training step, deep" else 0):
+                value = tf.nn.relu(value * tf.constant(1.0) + tf.constant(0.0), name="layer%d" % layer)
+            fetch = optimizer.minimize(tf.reduce_sum(tf.square(value)))
             init = tf1.global_variables_initializer()
     theirs = graph
-    if kind == "training step" and tfamp_rewrite.fused_op_available():
+    training = kind.startswith("training step")
+    if training and tfamp_rewrite.fused_op_available():
         graph_def = graph.as_graph_def()
         assert fuse_unscale_groups(graph_def)[0], "no unscale group to fuse"
         theirs = tf.Graph()
         with theirs.as_default():
             tf1.import_graph_def(graph_def, name="")
     sessions = tfamp_rewrite.Session(graph=graph), tf1.Session(graph=theirs)
-    if kind == "training step":
+    if training:
         for session in sessions:
             session.run(init.name)
     return sessions, fetch.name, {a.name: np.ones(4, np.float32)}
@@ -177,10 +182,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     print("\nSession.run on small graphs (%d runs each, alternating; medians of single runs)"
           % args.runs)
-    print("  %-16s %12s %12s %12s" % ("run", "TF us/run", "ours us/run", "overhead us"))
-    for kind in ("inference", "inference, deep", "training step"):
+    print("  %-20s %12s %12s %12s" % ("run", "TF us/run", "ours us/run", "overhead us"))
+    for kind in ("inference", "inference, deep", "training step", "training step, deep"):
         plain, ours, overhead = session_overhead(args.runs, kind)
-        print("  %-16s %12.1f %12.1f %12.1f" % (kind, plain * 1e6, ours * 1e6, overhead * 1e6))
+        print("  %-20s %12.1f %12.1f %12.1f" % (kind, plain * 1e6, ours * 1e6, overhead * 1e6))
     print("  overhead: median of the paired differences; target <= 20 us for an inference run.")
     print("  A training step's run also fetches its step's finite flag and loss scale, and after")
     print("  it the session looks at them (skip watch): the Python work per run is all there is.")

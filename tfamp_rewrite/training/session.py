@@ -254,7 +254,7 @@ class _RewritingSession:
             self._watch.heal_origin(keep, origin.tensor, origin.op,
                                     "no step skipped: an inf/nan with finite gradients",
                                     self._inference.list_edit(keep))
-        if self._watch.can_heal() and (origin is not None or self._inference.looking_for_origin()):
+        if (origin is not None or self._inference.looking_for_origin()) and self._watch.can_heal():
             step_watch.still_recovering(self._user_graph)
 
     def _run_private(self, fetches):
