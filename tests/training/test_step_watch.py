@@ -1007,6 +1007,38 @@ def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplo
     assert not np.isfinite(losses[0]) and np.isfinite(losses[-1]) and moved > 0
 
 
+def test_an_origin_found_on_a_skipped_step_is_healed_as_a_skipped_steps_culprit(caplog):
+    """An evaluation run returns NaN first (a -9e15 mask: inf in float16, and a padded row's
+    softmax of all -inf); the search finds the node on the next training run, whose step
+    skipped: the heal says so, and restarts the loss scale as a skipped step's heal does."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    with graph.as_default():
+        scores = tf1.placeholder(tf.float32, [4, 8, 8], name="scores")
+        adjacency = tf1.placeholder(tf.float32, [4, 8, 8], name="adjacency")
+        w = tf1.get_variable("w", initializer=np.ones([8, 8], np.float32))
+        logits = tf.reshape(tf.matmul(tf.reshape(scores, [-1, 8]), w), [4, 8, 8])
+        attention = tf.nn.softmax(tf1.where(adjacency > 0, logits, -9e15 * tf.ones_like(logits)))
+        loss = tf.reduce_mean(tf.square(tf.matmul(attention, logits)))  # NaN gradients too
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    padded = np.zeros([4, 8, 8], np.float32)
+    padded[:, :5, :5] = 1.0  # rows 5..7 have no neighbour
+    feed = {scores: rng.standard_normal([4, 8, 8]).astype(np.float32), adjacency: padded}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            assert not np.isfinite(session.run(loss, feed))
+            losses = [session.run([train_op, loss], feed)[1] for _ in range(3)]
+            heals = session.heals
+    (heal,) = heals
+    assert "Select" in heal.nodes and heal.trajectory.endswith("on a skipped step")
+    (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
+    assert "the loss scale restarts from its initial value" in healed
+    assert np.isfinite(losses[-1])
+
+
 @pytest.mark.parametrize("auto_fix", ["1", "0"])
 def test_a_nan_loss_hook_waits_while_a_nan_with_finite_gradients_is_traced(monkeypatch, caplog, auto_fix):
     """An Estimator's NanTensorHook: the session traces and heals the inf/nan, so the hook

@@ -251,9 +251,8 @@ class _RewritingSession:
         origin = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
         if origin is not None:
             keep = origin.nodes_to_keep()
-            self._watch.heal_origin(keep, origin.tensor, origin.op,
-                                    "no step skipped: an inf/nan with finite gradients",
-                                    self._inference.list_edit(keep))
+            self._watch.heal_origin(keep, origin.tensor, origin.op, self._inference.list_edit(keep),
+                                    None if applied else self._run_private)
         if (origin is not None or self._inference.looking_for_origin()) and self._watch.can_heal():
             step_watch.still_recovering(self._user_graph)
 
