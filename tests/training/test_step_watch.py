@@ -1007,6 +1007,34 @@ def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplo
     assert not np.isfinite(losses[0]) and np.isfinite(losses[-1]) and moved > 0
 
 
+def test_a_loss_scale_initialized_again_between_steps_is_said_once(caplog):
+    """Reptile resets its optimizer per task with tf.variables_initializer(opt.variables()),
+    which holds the loss scale's variables too: each task starts again at 32768 and skips
+    its first steps.  Said once; the scale's own moves and a heal's restart are not."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [10, 1], name="x")
+        w = tf1.get_variable("w", initializer=np.full([1, 32], 0.5, np.float32))
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 3000.0))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(0.02), "dynamic")
+        train_op = opt.minimize(loss)
+        reset = tf1.variables_initializer(opt.variables())
+        init = tf1.global_variables_initializer()
+    feed = {x: np.linspace(-5, 5, 10, dtype=np.float32)[:, None]}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(6):  # the scale falls while the gradients overflow: no line
+                session.run(train_op, feed)
+            assert not [r for r in caplog.records if "which no step does" in r.getMessage()]
+            for _ in range(3):  # three tasks
+                session.run(reset)
+                for _ in range(2):
+                    session.run(train_op, feed)
+    (said,) = [r.getMessage() for r in caplog.records if "which no step does" in r.getMessage()]
+    assert "to 32768 in its next step" in said and "'loss_scale' not in v.name" in said
+
+
 def test_an_origin_found_on_a_skipped_step_is_healed_as_a_skipped_steps_culprit(caplog):
     """An evaluation run returns NaN first (a -9e15 mask: inf in float16, and a padded row's
     softmax of all -inf); the search finds the node on the next training run, whose step

@@ -154,6 +154,8 @@ class StepWatch:
         self._said_variables = False  # weights holding inf/nan: said once
         self._said_feeds = False      # fed values holding inf/nan: said once
         self._said_unwatched = False  # steps inside TF1 control flow: said once
+        self._last_scales: Dict[int, Tuple[float, bool]] = {}  # per step: its last scale, applied
+        self._said_reset = False      # a loss scale set back from outside: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -277,6 +279,7 @@ class StepWatch:
             steps = steps_that_ran(extra_values["steps"])
             for i, (all_finite, scale) in steps.items():
                 guard = self._guard(signals[i])
+                self._note_scale(i, float(scale), bool(all_finite), signals[i].loss_scale)
                 ended = guard.observe(float(scale), bool(all_finite))
                 if not all_finite:
                     self._say_first_skip(float(scale), signals[i], len(signals) > 1)
@@ -289,6 +292,27 @@ class StepWatch:
             skipped = [i for i, (finite, _) in steps.items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
             _record_step_run(self.shadow.user_graph if recovering else None)
+
+    def _note_scale(self, i: int, scale: float, applied: bool, loss_scale) -> None:
+        """Says, once, a dynamic loss scale that rose between two steps of its train op by
+        more than a step raises it (a skipped one never does; an applied one multiplies it
+        at most once): its variables were initialized again or restored."""
+        last = self._last_scales.get(i)
+        self._last_scales[i] = (scale, applied)
+        if last is None or self._said_reset or not _is_dynamic(loss_scale):
+            return
+        before, before_applied = last
+        if scale <= (before * float(loss_scale.multiplier) if before_applied else before):
+            return
+        self._said_reset = True
+        _logger.warning(
+            "tfamp_rewrite: the loss scale a training step used went from %g to %g in its next "
+            "step, which no step does: its variables were initialized again (tf.variables_"
+            "initializer(opt.variables()) includes them, as with TensorFlow's own loss-scale "
+            "optimizer) or restored. Each time it starts again from there and falls by skipping "
+            "steps until the gradients fit; a program that resets its optimizer per task (Reptile) "
+            "loses steps in every task. To keep the scale it found, initialize [v for v in "
+            "opt.variables() if 'loss_scale' not in v.name] instead (said once)" % (before, scale))
 
     def _diagnose(self, extra_values: dict, ids, signals, run_private, feeds=None) -> None:
         """Names (and heals) a culprit the run's probes show, for each guard that asked;
@@ -359,6 +383,7 @@ class StepWatch:
 
     def _reset_loss_scales(self, signals, run_private) -> None:
         """Runs the initializers of ``signals``' loss-scale variables (after a heal)."""
+        self._last_scales.clear()
         with self.shadow.user_graph.as_default():
             initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
         if initializers:
