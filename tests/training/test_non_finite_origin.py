@@ -67,6 +67,24 @@ def test_a_float32_value_past_the_half_range_names_its_half_readers(monkeypatch,
     assert "nodes_to_exclude=['^kernel$']" in line
 
 
+def test_inference_runs_heal_each_node_their_search_finds_until_they_are_finite(caplog):
+    """exp(12) = 1.6e5 does not fit where 'kernel' reads it; kept float32, its own 6.5e7
+    does not fit where the half nodes after it read it: each run returning inf/nan after a
+    heal looks again, and once they are float32 the runs return what float32 does."""
+    graph = two_layer_graph("exp")
+    value = np.full([2, 4], 12.0, np.float32)
+    with tf1.Session(graph=graph) as plain:
+        expected = plain.run("out:0", {"x:0": value})
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            values = [session.run("out:0", {"x:0": value}) for _ in range(6)]
+            heals = session.heals
+    assert not np.isfinite(values[0]).all()
+    assert heals[0].nodes[:1] == ["kernel"] and len(heals) >= 2
+    assert heals[0].trajectory == "an inference run's inf/nan, traced to its node"
+    np.testing.assert_allclose(values[-1], expected, rtol=1e-2)
+
+
 def test_a_fed_inf_is_said_to_start_outside_float16(caplog):
     run_three_times(two_layer_graph(), np.full([2, 4], np.inf, np.float32), caplog)
     (line,) = origin_lines(caplog)

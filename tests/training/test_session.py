@@ -357,9 +357,12 @@ def test_an_inference_run_returning_inf_is_said_once(cpu_target, monkeypatch, ca
         assert not [r for r in caplog.records if "returned inf/nan" in r.getMessage()]
         for _ in range(2):
             assert np.isinf(session.run({"out": ["relu:0"]}, FEED)["out"][0]).all()
+        healed = session.heals  # the second run found the node; later runs keep it float32
     (line,) = [r.getMessage() for r in caplog.records if "returned inf/nan" in r.getMessage()]
     assert "returned inf/nan in 'relu:0' and computed no loss-scaled step" in line
+    assert healed and healed[0].trajectory == "an inference run's inf/nan, traced to its node"
     monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    monkeypatch.setattr("tfamp_rewrite.training.heal_memory._healed_in_process", {})
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
             Session(graph=probe_graph()) as session:  # Keras' way: a callable from options

@@ -1,9 +1,9 @@
 """Saying so, once per session, when a run no step watch covers meets inf/nan.
 
-A run that computes no loss-scaled step (inference, evaluation, a served model) is not
-watched, diagnosed or healed: a skipped step cannot be told from an inference, and an
-inference cannot be run again safely (input pipelines, ``py_func``).  ``InferenceWatch``
-says, once per session, the first such run that
+A run that computes no loss-scaled step (inference, evaluation, a served model, an L-BFGS
+loop fetching a loss and its ``tf.gradients``) has no step watch: a skipped step cannot be
+told from an inference, and an inference cannot be run again safely (input pipelines,
+``py_func``).  ``InferenceWatch`` says, once per session, the first such run that
 
     returned inf/nan in a fetched floating value                    (after_run)
     computed inf/nan that its fetched values hide: an argmax,       (hidden_fetches, then
@@ -16,7 +16,10 @@ each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``C
 
 Once that is said, the next inference runs (at most ``ORIGIN_RUNS``) each fetch whether
 the tensors of their half region hold inf/nan (non_finite_origin.py), and the first run
-that shows one says, once more, where it starts and the edit that keeps it float32.
+that shows one says, once more, where it starts and the edit that keeps it float32; the
+session heals it (``after_run`` returns it).  After a heal (``origin_healed``), a run that
+returns inf/nan again starts the search again, unsaid: another node may overflow too (the
+five Gram matrices of a style loss), and the session's heal limit bounds the rounds.
 
 A training run whose loss-scaled steps all applied, yet returned inf/nan (``after_step_run``:
 a loss behind ``tf.maximum`` of an overflow, whose gradients are zero) or computed inf/nan
@@ -61,6 +64,7 @@ class InferenceWatch:
         self._said_applied = False  # a training run's inf/nan with finite gradients: said once
         self._runs = 0             # inference runs, and training runs, counted for check_due
         self._step_runs = 0
+        self._search_again = False  # healed: a run returning inf/nan again restarts the search
 
     def hidden_fetches(self, elements, fed=()):
         """What this inference run fetches besides, for ``after_run``: while an origin is
@@ -115,14 +119,22 @@ class InferenceWatch:
         self._step_runs += 1
         return _due(self._step_runs)
 
-    def after_run(self, fetches, values, hidden=None, hidden_statuses=None) -> None:
+    def origin_healed(self) -> None:
+        """The session healed the origin found: the next run returning inf/nan looks again."""
+        self._search_again = True
+
+    def after_run(self, fetches, values, hidden=None, hidden_statuses=None) -> Optional[Origin]:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
-        tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one."""
+        tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one; returns the
+        origin an origin search found, for the session to heal."""
         if hidden is not None and hidden.kind == ORIGIN:
-            self.after_origin_run(hidden, hidden_statuses, _non_finite_leaf(fetches, values) is not None)
-            return
+            return self.after_origin_run(hidden, hidden_statuses,
+                                         _non_finite_leaf(fetches, values) is not None)
         if self.said:
-            return
+            if self._search_again and _non_finite_leaf(fetches, values) is not None:
+                self._search_again = False
+                self._origin_runs = ORIGIN_RUNS
+            return None
         found = _non_finite_leaf(fetches, values)
         if found is not None:
             name = getattr(found, "name", found)
@@ -132,6 +144,7 @@ class InferenceWatch:
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
                       "computed no loss-scaled step, so nothing watched or healed it"
                       % hidden.entries[int(np.argmax(hidden_statuses))])
+        return None
 
     def after_failure(self, error, elements, fed=()) -> None:
         """Says a run (of ``elements``, fed ``fed``) that failed an assertion below a half
@@ -246,9 +259,8 @@ class InferenceWatch:
         log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
                  "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
                  "the next such runs look for the node (tfamp-rewrite doctor names it too), and "
-                 "nodes_to_exclude or TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_DENYLIST_ADD keeps "
-                 "it float32 (said once)"
-                 % (what, then, self.shadow.dtype, self.shadow.dtype))
+                 "the session keeps it float32 if %s made it (said once)"
+                 % (what, then, self.shadow.dtype, self.shadow.dtype, self.shadow.dtype))
 
 
 def _due(count: int) -> bool:

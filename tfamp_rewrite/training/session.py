@@ -242,7 +242,9 @@ class _RewritingSession:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
         if step_watch.step_runs_so_far() == steps_before:
-            self._inference.after_run(fetches, values, hidden, hidden_statuses)
+            origin = self._inference.after_run(fetches, values, hidden, hidden_statuses)
+            if origin is not None and self._watch is not None:
+                self._heal_origin(origin, "an inference run's inf/nan, traced to its node")
             return
         ran = step_watch.steps_that_ran(steps or {})
         if not ran:  # none, or each in a TF1 cond branch not taken
@@ -250,11 +252,18 @@ class _RewritingSession:
         applied = all(bool(finite) for finite, _ in ran.values())
         origin = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
         if origin is not None:
-            keep = origin.nodes_to_keep()
-            self._watch.heal_origin(keep, origin.tensor, origin.op, self._inference.list_edit(keep),
-                                    None if applied else self._run_private)
+            self._heal_origin(origin, "no step skipped: an inf/nan with finite gradients" if applied
+                              else "an inf/nan a run returned, traced to its node on a skipped step",
+                              restart_scale=not applied)
         if (origin is not None or self._inference.looking_for_origin()) and self._watch.can_heal():
             step_watch.still_recovering(self._user_graph)
+
+    def _heal_origin(self, origin, why: str, restart_scale: bool = False) -> None:
+        """Heals where an origin search found an inf/nan to start (StepWatch.heal_origin)."""
+        keep = origin.nodes_to_keep()
+        if self._watch.heal_origin(keep, origin.tensor, origin.op, why, self._inference.list_edit(keep),
+                                   self._run_private if restart_scale else None):
+            self._inference.origin_healed()
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""

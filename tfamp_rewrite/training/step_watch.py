@@ -441,26 +441,25 @@ class StepWatch:
         return (self.auto_fix and not _runs_collectives(self.shadow.user_graph)
                 and len(self.heals) < self.max_heals)
 
-    def heal_origin(self, nodes: List[str], tensor: str, op: str, env: str, run_private=None) -> None:
-        """Keeps ``nodes`` float32: where the inf/nan of a training run started (``tensor``,
-        its node's ``op``; ``env``, the list edit that keeps them float32), as the origin
-        search found it.  Its step applied (the inf/nan hid behind ops that pass no gradient
-        through it), or, with ``run_private``, skipped: then the loss scales restart from
-        their initial values, as after a skipped step's heal.  Nothing when ``can_heal``
-        says no."""
+    def heal_origin(self, nodes: List[str], tensor: str, op: str, why: str, env: str,
+                    run_private=None) -> bool:
+        """Keeps ``nodes`` float32: where an inf/nan started (``tensor``, its node's ``op``;
+        ``env``, the list edit that keeps them float32), as the origin search found it in
+        a run no skipped step diagnosed (``why``, the trajectory's stand-in).  With
+        ``run_private`` (its step skipped) the loss scales restart from their initial
+        values, as after a skipped step's heal.  Returns whether it healed (``can_heal``)."""
         with self._lock:
             if not self.can_heal():
-                return
+                return False
             twins = twin_nodes(self.shadow.user_graph, nodes, self.shadow.converted_now())
             heal = Heal(nodes=list(nodes), culprit=tensor, op=op, held_by=nodes[0], role="forward",
-                        max_abs=float("inf"), env=env, trajectory=(
-                            "no step skipped: an inf/nan with finite gradients" if run_private is None
-                            else "an inf/nan a run returned, traced to its node on a skipped step"))
+                        max_abs=float("inf"), env=env, trajectory=why)
             then = ""
             if run_private is not None:
                 self._reset_loss_scales(step_signals(self.shadow.user_graph), run_private)
                 then = "; the loss scale restarts from its initial value"
             self._heal(heal, nodes, twins, then)
+            return True
 
     def _heal(self, heal: Heal, culprits: List[str], twins: List[str], then: str) -> None:
         """The heal itself: ``heal``'s nodes and their ``twins`` float32 from now on, kept in
