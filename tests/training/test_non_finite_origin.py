@@ -85,6 +85,29 @@ def test_inference_runs_heal_each_node_their_search_finds_until_they_are_finite(
     np.testing.assert_allclose(values[-1], expected, rtol=1e-2)
 
 
+def test_every_origin_of_a_run_independent_of_the_first_is_healed_with_it(caplog):
+    """Five Gram matrices of 0..255 features (a style loss) overflow each on its own: one
+    search finds them all, one heal keeps them float32, and the next run is finite."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [16, 8], name="x")
+        grams = [tf.matmul(x * float(k + 1), x * float(k + 1), transpose_a=True, name="gram%d" % k)
+                 for k in range(5)]
+        tf.identity(tf.add_n([tf.reduce_mean(g) * 1e-6 for g in grams]), name="out")
+    value = np.full([16, 8], 255.0, np.float32)
+    with tf1.Session(graph=graph) as plain:
+        expected = plain.run("out:0", {"x:0": value})
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with Session(graph=graph) as session:
+            values = [session.run("out:0", {"x:0": value}) for _ in range(3)]
+            heals = session.heals
+    (heal,) = heals
+    assert sorted(heal.nodes) == ["gram%d" % k for k in range(5)]
+    (line,) = origin_lines(caplog)
+    assert "and 4 more start on their own" in line
+    assert not np.isfinite(values[0]) and np.isclose(values[2], expected, rtol=1e-2)
+
+
 def test_a_fed_inf_is_said_to_start_outside_float16(caplog):
     run_three_times(two_layer_graph(), np.full([2, 4], np.inf, np.float32), caplog)
     (line,) = origin_lines(caplog)

@@ -17,9 +17,10 @@ each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``C
 Once that is said, the next inference runs (at most ``ORIGIN_RUNS``) each fetch whether
 the tensors of their half region hold inf/nan (non_finite_origin.py), and the first run
 that shows one says, once more, where it starts and the edit that keeps it float32; the
-session heals it (``after_run`` returns it).  After a heal (``origin_healed``), a run that
-returns inf/nan again starts the search again, unsaid: another node may overflow too (the
-five Gram matrices of a style loss), and the session's heal limit bounds the rounds.
+session heals it, with every other origin independent of it in that run (``after_run``
+returns them).  After a heal (``origin_healed``), a run that returns inf/nan again starts
+the search again, unsaid: the healed nodes' float32 values may not fit the half nodes that
+read them next, and the session's heal limit bounds the rounds.
 
 A training run whose loss-scaled steps all applied, yet returned inf/nan (``after_step_run``:
 a loss behind ``tf.maximum`` of an overflow, whose gradients are zero) or computed inf/nan
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -123,24 +124,25 @@ class InferenceWatch:
         """The session healed the origin found: the next run returning inf/nan looks again."""
         self._search_again = True
 
-    def after_run(self, fetches, values, hidden=None, hidden_statuses=None) -> Optional[Origin]:
+    def after_run(self, fetches, values, hidden=None, hidden_statuses=None
+                  ) -> Optional[Tuple[Origin, List[str]]]:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one; returns the
         origin an origin search found, for the session to heal."""
+        found = _non_finite_leaf(fetches, values)
+        hid = hidden is not None and hidden_statuses is not None and bool(np.any(hidden_statuses))
         if hidden is not None and hidden.kind == ORIGIN:
-            return self.after_origin_run(hidden, hidden_statuses,
-                                         _non_finite_leaf(fetches, values) is not None)
+            return self.after_origin_run(hidden, hidden_statuses, found is not None)
         if self.said:
-            if self._search_again and _non_finite_leaf(fetches, values) is not None:
+            if self._search_again and found is not None:
                 self._search_again = False
                 self._origin_runs = ORIGIN_RUNS
             return None
-        found = _non_finite_leaf(fetches, values)
         if found is not None:
             name = getattr(found, "name", found)
             self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
                       "healed it" % (" in %r" % name if isinstance(name, str) and name else ""))
-        elif hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
+        elif hid:
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
                       "computed no loss-scaled step, so nothing watched or healed it"
                       % hidden.entries[int(np.argmax(hidden_statuses))])
@@ -165,7 +167,7 @@ class InferenceWatch:
                       "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it")
 
     def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None
-                       ) -> Optional[Origin]:
+                       ) -> Optional[Tuple[Origin, List[str]]]:
         """After a run that computed a loss-scaled step (``applied``: every one applied): the
         origin its ``plan`` (``step_run_fetches``) found, for the session to heal; else, the
         first time such a run returns inf/nan, or its forward pass hides one, though its
@@ -200,9 +202,11 @@ class InferenceWatch:
                  % (what, how, self.shadow.dtype))
         return None
 
-    def after_origin_run(self, plan, statuses, returned_non_finite: bool) -> Optional[Origin]:
+    def after_origin_run(self, plan, statuses, returned_non_finite: bool
+                         ) -> Optional[Tuple[Origin, List[str]]]:
         """Says where the inf/nan starts if this run (fetching ``plan``) shows it, and returns
-        that origin when keeping nodes float32 would avoid it; a run that returned inf/nan
+        that origin and the nodes to keep float32 -- its own and those of every other origin
+        independent of it -- when keeping them would avoid it; a run that returned inf/nan
         (``returned_non_finite``) while its half region held none says float16 did not."""
         if statuses is None or self._origin_runs <= 0:
             return None
@@ -241,11 +245,20 @@ class InferenceWatch:
         else:
             where = "%r (%s) is the first %s node computing inf/nan" % (
                 origin.node, origin.op, self.shadow.dtype)
+        others = [each for each in NonFiniteOrigin.independent(plan.entries, statuses)
+                  if each is not origin and each.nodes_to_keep()]
+        for each in others:
+            keep = keep + [name for name in each.nodes_to_keep() if name not in keep]
+        if others:
+            where += ", and %d more start%s on %s own: %s" % (
+                len(others), "s" if len(others) == 1 else "", "its" if len(others) == 1 else "their",
+                ", ".join("%r (%s)" % (each.node, each.op) for each in others[:4])
+                + (", ..." if len(others) > 4 else ""))
         log_once("tfamp_rewrite: found where the inf/nan starts (a later run of the rewritten "
                  "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
                      where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
                      ["^%s$" % re.escape(name) for name in keep]))
-        return origin
+        return origin, keep
 
     def list_edit(self, names) -> str:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""

@@ -43,6 +43,7 @@ class Origin:
     op: str                    # that node's op type
     source_half: bool = False  # ADDED: whether that node computes in half
     readers: List[str] = field(default_factory=list)  # ADDED: the half user nodes reading it
+    inputs: List[int] = field(default_factory=list)   # the watched tensors its node reads
 
     def nodes_to_keep(self) -> List[str]:
         """The user's nodes that keeping float32 would avoid it (none: float16 is not the cause)."""
@@ -72,6 +73,14 @@ class NonFiniteOrigin:
                 return each
         return None
 
+    @staticmethod
+    def independent(watched: List[Origin], statuses) -> List[Origin]:
+        """Every watched tensor holding inf/nan whose node reads no watched tensor holding
+        any: where an inf/nan starts, not where another's flows (the Gram matrices of five
+        style layers, each overflowing on its own)."""
+        return [each for each, status in zip(watched, statuses)
+                if status and not any(statuses[i] for i in each.inputs)]
+
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
         operations, inside = computed_by(elements, fed_names)
@@ -92,6 +101,10 @@ class NonFiniteOrigin:
         if not tensors:  # half nodes with no floating value (an argmax)
             return None
         watched = [self._origin(t, fed_names, half, added) for t in tensors.values()]
+        index = {name: i for i, name in enumerate(tensors)}
+        for each, tensor in zip(watched, tensors.values()):
+            if each.kind != FED:
+                each.inputs = [index[t.name] for t in tensor.op.inputs if t.name in index]
         return Plan(ORIGIN, watched, packed_non_finite(self.shadow.graph, list(tensors.values()), _SCOPE))
 
     def _origin(self, tensor, fed_names, half, added) -> Origin:

@@ -207,18 +207,18 @@ class _RewritingSession:
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
-            return values
-        extra, probe_ids = watched if watched is not None else ({}, ())
-        if checks is not None:
-            extra = dict(extra, checks=checks[1])
-        if hidden is not None:
-            extra = dict(extra, hidden=hidden.statuses)
-        values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
-                                              elements, fed)
-        if watched is not None:
-            self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
-        self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
-                        hidden, extra_values.get("hidden"), extra_values.get("steps"))
+        else:
+            extra, probe_ids = watched if watched is not None else ({}, ())
+            if checks is not None:
+                extra = dict(extra, checks=checks[1])
+            if hidden is not None:
+                extra = dict(extra, hidden=hidden.statuses)
+            values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
+                                                  elements, fed)
+            if watched is not None:
+                self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
+            self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
+                            hidden, extra_values.get("hidden"), extra_values.get("steps"))
         return values
 
     def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):
@@ -242,25 +242,26 @@ class _RewritingSession:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
         if step_watch.step_runs_so_far() == steps_before:
-            origin = self._inference.after_run(fetches, values, hidden, hidden_statuses)
-            if origin is not None and self._watch is not None:
-                self._heal_origin(origin, "an inference run's inf/nan, traced to its node")
+            found = self._inference.after_run(fetches, values, hidden, hidden_statuses)
+            if found is not None and self._watch is not None:
+                self._heal_origin(found, "an inference run's inf/nan, traced to its node")
             return
         ran = step_watch.steps_that_ran(steps or {})
         if not ran:  # none, or each in a TF1 cond branch not taken
             return
         applied = all(bool(finite) for finite, _ in ran.values())
-        origin = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
-        if origin is not None:
-            self._heal_origin(origin, "no step skipped: an inf/nan with finite gradients" if applied
+        found = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
+        if found is not None:
+            self._heal_origin(found, "no step skipped: an inf/nan with finite gradients" if applied
                               else "an inf/nan a run returned, traced to its node on a skipped step",
                               restart_scale=not applied)
-        if (origin is not None or self._inference.looking_for_origin()) and self._watch.can_heal():
+        if (found is not None or self._inference.looking_for_origin()) and self._watch.can_heal():
             step_watch.still_recovering(self._user_graph)
 
-    def _heal_origin(self, origin, why: str, restart_scale: bool = False) -> None:
-        """Heals where an origin search found an inf/nan to start (StepWatch.heal_origin)."""
-        keep = origin.nodes_to_keep()
+    def _heal_origin(self, found, why: str, restart_scale: bool = False) -> None:
+        """Heals where an origin search ``found`` an inf/nan to start: ``(origin, nodes to
+        keep float32)`` (StepWatch.heal_origin)."""
+        origin, keep = found
         if self._watch.heal_origin(keep, origin.tensor, origin.op, why, self._inference.list_edit(keep),
                                    self._run_private if restart_scale else None):
             self._inference.origin_healed()
