@@ -67,18 +67,22 @@ def test_a_float32_value_past_the_half_range_names_its_half_readers(monkeypatch,
     assert "nodes_to_exclude=['^kernel$']" in line
 
 
-def test_inference_runs_heal_each_node_their_search_finds_until_they_are_finite(caplog):
-    """exp(12) = 1.6e5 does not fit where 'kernel' reads it; kept float32, its own 6.5e7
-    does not fit where the half nodes after it read it: each run returning inf/nan after a
-    heal looks again, and once they are float32 the runs return what float32 does."""
-    graph = two_layer_graph("exp")
-    value = np.full([2, 4], 12.0, np.float32)
+def float32_then_runs_and_heals(graph, value, runs, caplog):
+    """``(float32's 'out:0', ours over ``runs`` runs, our session's heals)`` fed x = value."""
     with tf1.Session(graph=graph) as plain:
         expected = plain.run("out:0", {"x:0": value})
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
         with Session(graph=graph) as session:
-            values = [session.run("out:0", {"x:0": value}) for _ in range(6)]
-            heals = session.heals
+            values = [session.run("out:0", {"x:0": value}) for _ in range(runs)]
+            return expected, values, session.heals
+
+
+def test_inference_runs_heal_each_node_their_search_finds_until_they_are_finite(caplog):
+    """exp(12) = 1.6e5 does not fit where 'kernel' reads it; kept float32, its own 6.5e7
+    does not fit where the half nodes after it read it: each run returning inf/nan after a
+    heal looks again, and once they are float32 the runs return what float32 does."""
+    expected, values, heals = float32_then_runs_and_heals(
+        two_layer_graph("exp"), np.full([2, 4], 12.0, np.float32), 6, caplog)
     assert not np.isfinite(values[0]).all()
     assert heals[0].nodes[:1] == ["kernel"] and len(heals) >= 2
     assert heals[0].trajectory == "an inference run's inf/nan, traced to its node"
@@ -94,13 +98,8 @@ def test_every_origin_of_a_run_independent_of_the_first_is_healed_with_it(caplog
         grams = [tf.matmul(x * float(k + 1), x * float(k + 1), transpose_a=True, name="gram%d" % k)
                  for k in range(5)]
         tf.identity(tf.add_n([tf.reduce_mean(g) * 1e-6 for g in grams]), name="out")
-    value = np.full([16, 8], 255.0, np.float32)
-    with tf1.Session(graph=graph) as plain:
-        expected = plain.run("out:0", {"x:0": value})
-    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
-        with Session(graph=graph) as session:
-            values = [session.run("out:0", {"x:0": value}) for _ in range(3)]
-            heals = session.heals
+    expected, values, heals = float32_then_runs_and_heals(
+        graph, np.full([16, 8], 255.0, np.float32), 3, caplog)
     (heal,) = heals
     assert sorted(heal.nodes) == ["gram%d" % k for k in range(5)]
     (line,) = origin_lines(caplog)
