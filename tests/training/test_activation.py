@@ -379,3 +379,5 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
                 session.run(fetch, feed)
     said = [r.getMessage() for r in caplog.records if "uses them as values" in r.getMessage()]
     assert len(said) == (1 if use == "adversarial_example" else 0), said
+    # and it tells a flushed gradient from one a perturbation below half's resolution zeroes
+    assert all("VAT's x + 1e-6 * d" in line for line in said)

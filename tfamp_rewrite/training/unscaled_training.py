@@ -248,8 +248,11 @@ class UnscaledTrainingWatch:
             "map loses its small entries). Multiply the loss by a constant before tf.gradients "
             "(1024, or less where the gradients times it would pass 65504), and divide the "
             "results by it in numpy, or not at all where only their direction counts (FGSM's "
-            "sign, a normalised map): divided in float16, the smallest entries flush again "
-            "(said once)." % scope)
+            "sign, a normalised map): divided in float16, the smallest entries flush again. "
+            "Gradients that stay zero at any constant come from rounding, not flushing: a "
+            "perturbation of the input below float16's resolution (VAT's x + 1e-6 * d) rounds "
+            "away where a half node reads the sum, and no loss scale brings it back -- keep that "
+            "reader float32 (nodes_to_exclude) (said once)." % scope)
 
     def _say_unguarded(self, names: List[str]) -> None:
         log_once(
