@@ -129,20 +129,20 @@ class InferenceWatch:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one; returns the
         origin an origin search found, for the session to heal."""
-        found = _non_finite_leaf(fetches, values)
-        hid = hidden is not None and hidden_statuses is not None and bool(np.any(hidden_statuses))
         if hidden is not None and hidden.kind == ORIGIN:
-            return self.after_origin_run(hidden, hidden_statuses, found is not None)
+            return self.after_origin_run(hidden, hidden_statuses,
+                                         _non_finite_leaf(fetches, values) is not None)
         if self.said:
-            if self._search_again and found is not None:
+            if self._search_again and _non_finite_leaf(fetches, values) is not None:
                 self._search_again = False
                 self._origin_runs = ORIGIN_RUNS
             return None
+        found = _non_finite_leaf(fetches, values)
         if found is not None:
             name = getattr(found, "name", found)
             self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
                       "healed it" % (" in %r" % name if isinstance(name, str) and name else ""))
-        elif hid:
+        elif hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
                       "computed no loss-scaled step, so nothing watched or healed it"
                       % hidden.entries[int(np.argmax(hidden_statuses))])
