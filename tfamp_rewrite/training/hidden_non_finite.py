@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 from .run_plans import HIDDEN, Plan, RunPlans, computed_by, packed_non_finite
-from .shadow_graph import has_operation, reachable
+from .shadow_graph import reachable
 from .unscaled_training import GRADIENT_SCOPE
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
@@ -75,20 +75,12 @@ class HiddenNonFinite:
                     watched[tensor.name] = (tensor, op)
         if not watched:
             return None
-        descriptions = ["%r, read by %r (%s)" % (self._user_tensor(tensor),
-                                                 self.shadow.user_name(reader.name), reader.type)
+        user = self.shadow.user_name
+        descriptions = ["%r, read by %r (%s)" % (user(self.shadow.user_source(tensor).name),
+                                                 user(reader.name), reader.type)
                         for tensor, reader in watched.values()]
         return Plan(HIDDEN, descriptions, packed_non_finite(
             self.shadow.graph, [t for t, _ in watched.values()], _SCOPE))
-
-
-    def _user_tensor(self, tensor) -> str:
-        """``tensor``'s user name; for the output of a cast or rounding the rewrite added,
-        its source's (the user's own tensor)."""
-        user = self.shadow.user_name
-        while not has_operation(self.shadow.user_graph, user(tensor.op.name)) and tensor.op.inputs:
-            tensor = tensor.op.inputs[0]
-        return user(tensor.name)
 
 
 def _hidden_inputs(op) -> Tuple[int, ...]:

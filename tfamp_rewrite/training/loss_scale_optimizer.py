@@ -59,6 +59,7 @@ from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
 from .unscaled_training import GRADIENT_SCOPE, unscaled_gradient_calls
+from .variable_check import VARIABLE_OPS
 
 _tf = tf.compat.v1
 
@@ -220,13 +221,12 @@ def _depends_on_any(tensors, ops, through_variables=True) -> bool:
         seen.add(op)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
-        if through_variables and op.type in _VARIABLE_OPS:
+        if through_variables and op.type in VARIABLE_OPS:
             writers = _variable_writers(op.graph) if writers is None else writers
             stack.extend(writers.get(op, ()))
     return False
 
 
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 # Ops that write a variable from a value: Assign, AssignAdd, AssignSub, their resource forms
 # (AssignVariableOp, ...) and the scatters.  Optimizers' Apply* ops are left out: a weight an
 # optimizer updates does not make the loss computed from it scaled.
@@ -237,7 +237,7 @@ def _variable_writers(graph):
     """``{variable op: [ops of graph assigning it]}``."""
     writers = collections.defaultdict(list)
     for op in graph.get_operations():
-        if op.type.startswith(_WRITER_PREFIXES) and op.inputs and op.inputs[0].op.type in _VARIABLE_OPS:
+        if op.type.startswith(_WRITER_PREFIXES) and op.inputs and op.inputs[0].op.type in VARIABLE_OPS:
             writers[op.inputs[0].op].append(op)
     return writers
 

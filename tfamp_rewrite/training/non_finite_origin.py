@@ -114,9 +114,7 @@ class NonFiniteOrigin:
         if tensor.op not in added:
             return Origin(user(tensor.name), HALF if tensor.op in half else FLOAT32,
                           user(tensor.op.name), tensor.op.type)
-        source = tensor
-        while source.op in added and source.op.inputs:  # past the casts and roundings to the user's
-            source = source.op.inputs[0]
+        source = self.shadow.user_source(tensor)
         return Origin(user(source.name), ADDED, user(source.op.name), source.op.type,
                       source.op in half, _half_readers(tensor, half, added, user))
 

@@ -207,18 +207,18 @@ class _RewritingSession:
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
-        else:
-            extra, probe_ids = watched if watched is not None else ({}, ())
-            if checks is not None:
-                extra = dict(extra, checks=checks[1])
-            if hidden is not None:
-                extra = dict(extra, hidden=hidden.statuses)
-            values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
-                                                  elements, fed)
-            if watched is not None:
-                self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
-            self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
-                            hidden, extra_values.get("hidden"), extra_values.get("steps"))
+            return values
+        extra, probe_ids = watched if watched is not None else ({}, ())
+        if checks is not None:
+            extra = dict(extra, checks=checks[1])
+        if hidden is not None:
+            extra = dict(extra, hidden=hidden.statuses)
+        values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
+                                              elements, fed)
+        if watched is not None:
+            self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
+        self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
+                        hidden, extra_values.get("hidden"), extra_values.get("steps"))
         return values
 
     def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):

@@ -262,6 +262,13 @@ class ShadowGraph:
             return private_name[len(self._scope):]
         return private_name
 
+    def user_source(self, tensor):
+        """The private graph's ``tensor``, or, for the output of a cast or rounding the rewrite
+        added, the tensor of the user's node it was made from (past every such node)."""
+        while not has_operation(self.user_graph, self.user_name(tensor.op.name)) and tensor.op.inputs:
+            tensor = tensor.op.inputs[0]
+        return tensor
+
     def converted_now(self) -> Set[str]:
         """The user graph's nodes the rewrites so far convert (healed ones left out)."""
         return {d.name for report in self.reports for d in report.decisions

@@ -34,6 +34,7 @@ from tensorflow.core.framework import types_pb2
 
 from ..graph_rewrite.graph_view import parse_input
 from .node_defs import node_def
+from .variable_check import VARIABLE_OPS
 
 _FLOATING = (types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE)
 DELTA, VALUE, ROWS, ND_ROWS, SLICE = "delta", "value", "rows", "nd rows", "slice"
@@ -55,7 +56,6 @@ _WRITES = {
 }
 _SLICE_ATTRS = ("Index", "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                 "shrink_axis_mask")
-_VARIABLE_OPS = ("VariableV2", "Variable", "VarHandleOp")
 # What passes a variable (a ref or a handle) on unchanged: TF1 control flow, identities.
 _PASSING = ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter")
 _SCOPE = "/tfamp_finite_only/"
@@ -129,7 +129,7 @@ def _variable_of(text: str, by_name) -> Optional[str]:
     node = by_name.get(parse_input(text)[0])
     while node is not None and node.op in _PASSING and node.input:
         node = by_name.get(parse_input(node.input[0])[0])
-    return node.name if node is not None and node.op in _VARIABLE_OPS else None
+    return node.name if node is not None and node.op in VARIABLE_OPS else None
 
 
 def _reads(text: str, variable: str, by_name) -> bool:

@@ -381,13 +381,15 @@ class StepWatch:
                                                  read)
         return self._variable_check.nonfinite(run_private)
 
-    def _reset_loss_scales(self, signals, run_private) -> None:
-        """Runs the initializers of ``signals``' loss-scale variables (after a heal)."""
+    def _restart_loss_scales(self, signals, run_private) -> str:
+        """Runs the initializers of ``signals``' loss-scale variables (after a heal); returns
+        what the heal's line says of it."""
         self._last_scales.clear()
         with self.shadow.user_graph.as_default():
             initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
         if initializers:
             run_private([self.shadow.private_fetch(op) for op in initializers])
+        return "; the loss scale restarts from its initial value"
 
     def _named(self, finding: Finding, guard: SkipGuard, signals, run_private) -> None:
         trajectory = guard.episode.trajectory()
@@ -427,14 +429,13 @@ class StepWatch:
         if heal.gradients_only and self.heals and self.heals[-1].gradients_only:
             # The gradient flowing on past the last heal's is as large: restarting the scale
             # would cost a fall to the floor (15 skipped steps) for each layer of the chain.
-            self._heal(heal, finding.half_nodes, twins,
-                       "; the loss scale stays where it is, as the heal before this one also kept "
-                       "gradients too large for %s at any scale float32: the next of such a chain "
-                       "is named within a step or two, and the scale grows again as usual"
-                       % self.shadow.dtype)
-            return
-        self._reset_loss_scales(signals, run_private)
-        self._heal(heal, finding.half_nodes, twins, "; the loss scale restarts from its initial value")
+            then = ("; the loss scale stays where it is, as the heal before this one also kept "
+                    "gradients too large for %s at any scale float32: the next of such a chain "
+                    "is named within a step or two, and the scale grows again as usual"
+                    % self.shadow.dtype)
+        else:
+            then = self._restart_loss_scales(signals, run_private)
+        self._heal(heal, finding.half_nodes, twins, then)
 
     def can_heal(self) -> bool:
         """Whether this session may heal once more (healing on, no Horovod, under the limit)."""
@@ -454,10 +455,8 @@ class StepWatch:
             twins = twin_nodes(self.shadow.user_graph, nodes, self.shadow.converted_now())
             heal = Heal(nodes=list(nodes), culprit=tensor, op=op, held_by=nodes[0], role="forward",
                         max_abs=float("inf"), env=env, trajectory=why)
-            then = ""
-            if run_private is not None:
-                self._reset_loss_scales(step_signals(self.shadow.user_graph), run_private)
-                then = "; the loss scale restarts from its initial value"
+            then = ("" if run_private is None
+                    else self._restart_loss_scales(step_signals(self.shadow.user_graph), run_private))
             self._heal(heal, nodes, twins, then)
             return True
 

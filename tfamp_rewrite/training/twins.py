@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Set
 
+from .variable_check import VARIABLE_OPS
+
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")  # TensorFlow's suffix for a name scope entered again
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 _READ_OPS = frozenset({"Identity", "ReadVariableOp"})
 
 
@@ -72,16 +73,16 @@ def _variables_read(op, head: str) -> Set[str]:
         if each in seen:
             continue
         seen.add(each)
-        if each.type in _VARIABLE_OPS:
+        if each.type in VARIABLE_OPS:
             found.add(each.name)
             continue
         stack.extend(t.op for t in each.inputs if t.op.name.startswith(head + "/")
-                     or t.op.type in _VARIABLE_OPS or _reads_a_variable(t.op))
+                     or t.op.type in VARIABLE_OPS or _reads_a_variable(t.op))
     return found
 
 
 def _reads_a_variable(op) -> bool:
-    return op.type in _READ_OPS and bool(op.inputs) and op.inputs[0].op.type in _VARIABLE_OPS
+    return op.type in _READ_OPS and bool(op.inputs) and op.inputs[0].op.type in VARIABLE_OPS
 
 
 def _alike_inputs(op, head: str, other, other_head: str) -> bool:

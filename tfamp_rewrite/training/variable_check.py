@@ -23,6 +23,9 @@ import tensorflow as tf
 
 from .step_signals import step_signals
 
+# A variable's own node, in ref (TF1) and resource form.
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+
 SCOPE = "tfamp_variable_check"
 
 
