@@ -372,6 +372,22 @@ def test_an_inference_run_returning_inf_is_said_once(cpu_target, monkeypatch, ca
     assert [r for r in caplog.records if "returned inf/nan in 'relu:0'" in r.getMessage()]
 
 
+def test_an_inference_run_returning_inf_with_healing_off_says_the_edit_not_a_heal(cpu_target, monkeypatch,
+                                                                                   caplog):
+    """With healing off the first line promises no heal: it says the list edit is named."""
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            Session(graph=probe_graph(), auto_fix=False) as session:
+        for _ in range(3):
+            assert np.isinf(session.run("relu:0", FEED)).all()
+        assert not session.heals
+    (line,) = [r.getMessage() for r in caplog.records if "returned inf/nan" in r.getMessage()]
+    assert "keeps it float32 if" not in line
+    assert "say the list edit that keeps it float32 (healing is off: TFAMP_REWRITE_AUTO_FIX=0)" in line
+    (found,) = [r.getMessage() for r in caplog.records if "found where the inf/nan starts" in r.getMessage()]
+    assert "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_" in found and "nodes_to_exclude=" in found
+
+
 def training_graph():
     """Dense layers trained with Momentum (variables + slots), and a Saver over all of them."""
     graph = tf.Graph()

@@ -43,6 +43,7 @@ from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
 from .run_plans import ORIGIN
 from .shadow_graph import ancestors, has_operation
+from .step_watch import AUTO_FIX_ENV
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
 CHECK_THEN = 16       # one such run in this many
@@ -55,8 +56,9 @@ _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
 class InferenceWatch:
     """One rewriting session's notices about inf/nan in runs with no loss-scaled step."""
 
-    def __init__(self, shadow):
+    def __init__(self, shadow, heals: bool = True):
         self.shadow = shadow
+        self.heals = heals  # whether the session keeps float32 what the origin search finds
         self.said = False
         self._hidden = HiddenNonFinite(shadow)
         self._hidden_in_steps = HiddenNonFinite(shadow, forward_only=True)
@@ -198,8 +200,7 @@ class InferenceWatch:
         self._origin_runs = ORIGIN_RUNS
         log_once("tfamp_rewrite: a training run of the rewritten graph %s, so its step applied "
                  "and no skipped step was diagnosed. %s The next runs look for where it starts, "
-                 "and the session keeps that node float32 if %s made it (said once)"
-                 % (what, how, self.shadow.dtype))
+                 "and %s (said once)" % (what, how, self._then_keep("that node")))
         return None
 
     def after_origin_run(self, plan, statuses, returned_non_finite: bool
@@ -272,8 +273,14 @@ class InferenceWatch:
         log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
                  "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
                  "the next such runs look for the node (tfamp-rewrite doctor names it too), and "
-                 "the session keeps it float32 if %s made it (said once)"
-                 % (what, then, self.shadow.dtype, self.shadow.dtype, self.shadow.dtype))
+                 "%s (said once)"
+                 % (what, then, self.shadow.dtype, self.shadow.dtype, self._then_keep("it")))
+
+    def _then_keep(self, node: str) -> str:
+        """What follows an origin search's find, for a notice's last clause."""
+        if self.heals:
+            return "the session keeps %s float32 if %s made it" % (node, self.shadow.dtype)
+        return "say the list edit that keeps %s float32 (healing is off: %s=0)" % (node, AUTO_FIX_ENV)
 
 
 def _due(count: int) -> bool:

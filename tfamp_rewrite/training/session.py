@@ -67,7 +67,8 @@ class _RewritingSession:
                                          session_compat(compat), config, target)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
-        self._inference = InferenceWatch(self._shadow) if self._shadow is not None else None
+        self._inference = (InferenceWatch(self._shadow, heals=self._watch.auto_fix)
+                           if self._shadow is not None else None)
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
