@@ -18,7 +18,7 @@ from grappler_oracle import oracle_compat, oracle_lists, run_grappler_amp
 from model_graphs import MODELS
 
 from tfamp_rewrite import rewrite_graph_def
-from tfamp_rewrite.graph_rewrite.emulation import VALUE_PRESERVING_OPS
+from tfamp_rewrite.graph_rewrite.emulation import GATHER_OPS, VALUE_PRESERVING_OPS
 
 tf1 = tf.compat.v1
 HALF_ENUMS = {tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
@@ -100,15 +100,41 @@ def test_emulated_graph_runs_float32_kernels_and_keeps_the_decisions(model):
         if node.op != "Cast":
             half = {v.type for v in node.attr.values()} & HALF_ENUMS
             assert not half, "%s (%s) still runs a half kernel" % (node.name, node.op)
-    # every half output of a converted node is rounded, unless its op only moves values
+    # every half output of a converted node is rounded, unless its op only moves values; a
+    # gather of a table the pass casts rounds the rows it picks
     native_graph = tf.Graph()
     with native_graph.as_default():
         tf.import_graph_def(native.graph_def, name="")
-    converted = {d.name for d in native.report.decisions if d.converted}
-    half_outputs = {t.name for name in converted for t in native_graph.get_operation_by_name(name).outputs
-                    if t.dtype == tf.float16 and native_graph.get_operation_by_name(name).type
-                    not in VALUE_PRESERVING_OPS}
+    converted = [native_graph.get_operation_by_name(d.name) for d in native.report.decisions if d.converted]
+    gathers_of_casts = {op.name for op in converted
+                        if op.type in GATHER_OPS and op.inputs[0].op.type == "Cast"}
+    half_outputs = {t.name for op in converted for t in op.outputs if t.dtype == tf.float16
+                    and (op.type not in VALUE_PRESERVING_OPS or op.name in gathers_of_casts)}
     assert set(emulated.report.emulation.rounded_outputs) == half_outputs
+    assert emulated.report.emulation.gathers_rounding_rows == len(gathers_of_casts)
+
+
+def test_a_gather_of_a_cast_table_rounds_the_rows_it_picks_not_the_table():
+    """Emulation reads an embedding table in float32 and rounds the looked-up rows: the same
+    bits as rounding the table first (TensorFlow's emulation, above), without a pass over
+    the whole table each run."""
+    graph = MODELS["embedding_adagrad"]()
+    result = rewrite_graph_def(graph.graph_def, fetches=graph.fetches, feeds=graph.feeds, target="cpu",
+                               numerics="emulate")
+    nodes = {node.name: node for node in result.graph_def.node}
+    assert nodes["embedding_lookup"].input[0] == "embeddings/read"
+    table_cast = [name for name, node in nodes.items()
+                  if node.op == "Cast" and node.input[0] == "embeddings/read"]
+    readers = [node.name for node in nodes.values() for text in node.input
+               if text.split(":")[0].lstrip("^") in table_cast]
+    assert table_cast and not readers, "the whole table is still rounded for %s" % readers
+    assert result.report.emulation.gathers_rounding_rows == 1
+    feeds = graph.feed_values(np.random.default_rng(1))
+    rounded = result.report.emulation.rounded_outputs["embedding_lookup:0"]
+    table, rows = run_graph(result.graph_def, ["embeddings:0", rounded], feeds, "init")
+    picked = table[feeds["ids:0"]]
+    np.testing.assert_array_equal(rows, picked.astype(np.float16).astype(np.float32))
+    assert not np.array_equal(rows, picked)  # the rows were rounded
 
 
 @pytest.mark.parametrize("model", sorted(set(MODELS) - TF_EMULATION_FAILS))

@@ -138,6 +138,29 @@ def transformer_block(batch=2, length=8, width=16, heads=2) -> ModelGraph:
     return _finish(graph, ["train_op", "loss", "output"], ["tokens", "target"], feed_values)
 
 
+def embedding_classifier(batch=8, length=6, vocab=64, width=8, classes=4) -> ModelGraph:
+    """Fed word ids looked up in an embedding table (a reference variable, as TF1 made
+    them: the pass casts the whole table to half for the gather), dense layers, softmax
+    cross-entropy, Adagrad (sparse updates of the table)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        _seed(5)
+        ids = tf1.placeholder(tf.int32, [batch, length], name="ids")
+        labels = tf1.placeholder(tf.int32, [batch], name="labels")
+        table = tf1.get_variable("embeddings", [vocab, width], use_resource=False)
+        words = tf.reshape(tf.nn.embedding_lookup(table, ids), [batch, length * width])
+        hidden = tf1.layers.dense(words, 16, tf.nn.relu, name="hidden")
+        logits = tf.identity(tf1.layers.dense(hidden, classes, name="logits"), name="output")
+        loss = tf.identity(tf1.losses.sparse_softmax_cross_entropy(labels, logits), name="loss")
+        tf1.train.AdagradOptimizer(0.5).minimize(loss, name="train_op")
+
+    def feed_values(rng):
+        return {"ids:0": rng.integers(0, vocab, (batch, length)).astype(np.int32),
+                "labels:0": rng.integers(0, classes, batch).astype(np.int32)}
+
+    return _finish(graph, ["train_op", "loss", "output"], ["ids", "labels"], feed_values)
+
+
 def while_loop(v2=False, size=8, iterations=3) -> ModelGraph:
     """``tf.while_loop`` repeatedly applying MatMul + Tanh (control flow v1 or v2)."""
     graph = tf.Graph()
@@ -191,6 +214,7 @@ MODELS = {
     "conv_net_momentum": conv_net,
     "lstm_dynamic_rnn_cf_v1": lstm_classifier,
     "transformer_adam": transformer_block,
+    "embedding_adagrad": embedding_classifier,
     "while_loop_cf_v1": while_loop,
     "while_loop_cf_v2": lambda: while_loop(v2=True),
     "function_call": function_call,

@@ -17,6 +17,10 @@ and at float32 speed.  Every half tensor of the mixed-precision graph gets a flo
     round(P:p) is P:p itself after ops that only move or select values (Identity, Reshape,
     Relu, MaxPool, loop plumbing, ...): their outputs hold half values already.
 
+A gather of a float32 value the pass casts to half (an embedding table, ``Gather(Cast(table,
+half), ids)``) reads the float32 value and rounds the rows it picks instead: rounding is
+elementwise, so the bits are the same, and the whole table is no longer rounded each run.
+
 Emulated nodes carry the attribute ``_AutoMixedPrecisionEmulated`` (TensorFlow ignores
 attributes starting with ``_``), so rewriting an emulated graph changes nothing.  Half
 outputs of emulated nodes are rounded even where nothing reads them, so a fetch of one
@@ -55,6 +59,9 @@ VALUE_PRESERVING_OPS = frozenset({
     "RefNextIteration",
 })
 
+# Gathers (their params are input 0): rounding the rows they pick equals picking rounded rows.
+GATHER_OPS = frozenset({"Gather", "GatherV2", "GatherNd"})
+
 
 @dataclass
 class EmulationReport:
@@ -64,6 +71,7 @@ class EmulationReport:
     rounding_casts: int = 0          # Cast pairs rounding an emulated output to half
     widening_casts: int = 0          # half -> float32 Casts feeding emulated nodes
     narrowing_casts: int = 0         # float32 -> half Casts feeding nodes that stay half
+    gathers_rounding_rows: int = 0   # gathers of a cast table that round the rows they pick
     # RoundToHalf nodes that took over the rounding Cast pairs afterwards, one per rounded
     # tensor, here and in function bodies, where the op library is loaded (rounding.py)
     rounding_ops: int = 0
@@ -79,6 +87,7 @@ class EmulationReport:
         self.rounding_casts += other.rounding_casts
         self.widening_casts += other.widening_casts
         self.narrowing_casts += other.narrowing_casts
+        self.gathers_rounding_rows += other.gathers_rounding_rows
         self.rounding_ops += other.rounding_ops
 
 
@@ -92,18 +101,23 @@ def emulate_half(graph_def, nodes: Iterable[str], lookup_op_def: Callable[[str],
     view = GraphView(graph_def, lookup_op_def, function_ops)
     emulated = {view.index[name] for name in nodes if name in view.index}
     report = EmulationReport(nodes=len(emulated))
-    casts = _TwinCasts(view, report)
     half_inputs = {i: _retype_half_attrs(view, i) for i in sorted(emulated)}
+    rows_rounded = _gathers_of_cast_tables(view, emulated, half_inputs)
+    report.gathers_rounding_rows = len(rows_rounded)
+    casts = _TwinCasts(view, report, rows_rounded)
     for i in emulated:
         view.nodes[i].attr[EMULATED_ATTR].b = True
     for i in sorted(emulated):  # round every half output, read or not (fetches see it)
-        if view.ops[i] not in VALUE_PRESERVING_OPS:
+        if view.ops[i] not in VALUE_PRESERVING_OPS or i in rows_rounded:
             for port in _half_output_ports(view, i):
                 casts.rounded(i, port)
     for dst, data in enumerate(view.inputs):
         for k, (src, port) in enumerate(data):
             produced = view.vertex_dtype[view.output_vertex(src, port)]
             if produced not in HALF_DTYPES:
+                continue
+            if k == 0 and dst in rows_rounded:
+                view.nodes[dst].input[view.input_slots[dst][k]] = rows_rounded[dst]
                 continue
             wants_float = k in half_inputs.get(dst, ())
             if src in emulated and _is_retyped_output(view, src, port):
@@ -131,6 +145,23 @@ def is_emulation_cast(node) -> bool:
     return node.op == "Cast" and "-EmulateCastTo" in node.name and node.name.endswith(CAST_SUFFIX)
 
 
+def _gathers_of_cast_tables(view: GraphView, emulated: Set[int],
+                            half_inputs: Dict[int, Set[int]]) -> Dict[int, str]:
+    """Emulated gathers whose params are a float32 value the pass casts to half (``Cast``,
+    rounding to nearest): each -> that float32 tensor, which it reads instead of the
+    widened cast (its picked rows are rounded after it)."""
+    found = {}
+    for dst in emulated:
+        if view.ops[dst] not in GATHER_OPS or 0 not in half_inputs.get(dst, ()):
+            continue
+        src, _ = view.inputs[dst][0]
+        cast = view.nodes[src]
+        if (src not in emulated and cast.op == "Cast" and not cast.attr["Truncate"].b
+                and cast.attr["SrcT"].type == DT_FLOAT and cast.attr["DstT"].type in HALF_DTYPES):
+            found[dst] = cast.input[0]
+    return found
+
+
 def _retype_half_attrs(view: GraphView, node: int) -> Set[int]:
     """Sets ``node``'s half type attributes to float32; returns its input ports that were half."""
     changed = set()
@@ -156,9 +187,10 @@ def _half_output_ports(view: GraphView, node: int):
 class _TwinCasts:
     """Creates the Casts of one emulation, shared per producer port."""
 
-    def __init__(self, view: GraphView, report: EmulationReport):
+    def __init__(self, view: GraphView, report: EmulationReport, rows_rounded=frozenset()):
         self.view = view
         self.report = report
+        self.rows_rounded = rows_rounded  # value-preserving nodes whose outputs are rounded
         self.taken = set(view.index)
         self._made: Dict[Tuple[int, int, str], str] = {}
 
@@ -181,7 +213,7 @@ class _TwinCasts:
 
     def twin(self, node: int, port: int) -> str:
         """What an emulated reader of emulated ``node:port`` reads."""
-        if self.view.ops[node] in VALUE_PRESERVING_OPS:
+        if self.view.ops[node] in VALUE_PRESERVING_OPS and node not in self.rows_rounded:
             return self._tensor(node, port)
         return self.rounded(node, port)
 
