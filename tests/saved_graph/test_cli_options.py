@@ -12,6 +12,8 @@ import pytest
 import saved_graph_models as models
 from cli_helpers import FLOAT, HALF, node_types, read_graph, run_main
 
+from tfamp_rewrite.doctor import heal_files
+
 
 @pytest.fixture()
 def frozen(tmp_path):
@@ -46,6 +48,40 @@ def test_nodes_to_exclude_matches_names_from_the_start(frozen, tmp_path, capsys)
     data = json.loads(report.read_text())
     assert "conv1/Conv2D" in data["excluded_nodes"] and "conv0/Conv2D" not in data["excluded_nodes"]
     assert any("'Conv2D' matches no node" in warning for warning in data["warnings"])
+
+
+@pytest.mark.parametrize("kind", ["savedmodel", "metagraph"])
+def test_nodes_the_training_run_healed_stay_float32_and_say_why(kind, tmp_path, capsys):
+    """A heal file beside the checkpoint (a SavedModel's variables/, a MetaGraph's
+    directory), as training sessions write it, keeps its nodes float32 in the conversion."""
+    if kind == "savedmodel":
+        source = models.saved_model(str(tmp_path / "in"))
+        heals = os.path.join(source, "variables", heal_files.HEALS_BESIDE_CHECKPOINTS)
+        output = tmp_path / "out"
+    else:
+        os.makedirs(str(tmp_path / "in"))
+        source = models.meta_graph(str(tmp_path / "in"))
+        heals = str(tmp_path / "in" / heal_files.HEALS_BESIDE_CHECKPOINTS)
+        output = tmp_path / "out.meta"
+    report = tmp_path / "r.json"
+    code, _, err = run_main(capsys, "convert", source, str(output), "--report", str(report))
+    assert code == 0, err
+    assert _decisions(report)["conv1/Conv2D"]["dtype"] == "float16"  # converted without the file
+    heal_files.write_heal_file(heals, ["conv1/Conv2D", "not/in/this/graph"], [])
+    code, out, err = run_main(capsys, "convert", source, str(output), "--report", str(report),
+                              "--overwrite")
+    assert code == 0, err
+    decision = _decisions(report)["conv1/Conv2D"]
+    assert decision["dtype"] == "float32" and decision["rule"] == "healed_in_training"
+    assert decision["reason"] == "kept float32: the training run that saved this model healed it (%s)" % heals
+    assert _decisions(report)["conv0/Conv2D"]["dtype"] == "float16"
+    assert "1 node(s) kept float32 that the training run healed" in out
+    with open(heals, "w") as damaged:
+        damaged.write("{")
+    other = tmp_path / ("other" if kind == "savedmodel" else "other.meta")
+    code, _, err = run_main(capsys, "convert", source, str(other), "--report", str(report))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not other.exists()
+    assert "cannot be read as the nodes its training run kept float32" in err and "Delete it" in err
 
 
 def test_op_types_to_include_converts_a_deny_op(tmp_path, capsys):

@@ -17,6 +17,7 @@ from model_graphs import control_flow_v1
 from tensorflow.core.protobuf import config_pb2
 
 import tfamp_rewrite
+from tfamp_rewrite.doctor import heal_files
 from tfamp_rewrite.training import devices, heal_memory, step_watch
 from tfamp_rewrite.training.session import TF_SESSION_CLASSES
 from tfamp_rewrite.training.skip_guard import RECOVERED_AFTER, SkipGuard
@@ -190,6 +191,7 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     # without a heal file, the heal says how other processes (evaluation, serving) start healed
     (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
     assert "TFAMP_REWRITE_HEAL_FILE=path set in both" in healed
+    assert "restores a checkpoint this session saves" in healed
 
 
 def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_stops(caplog):
@@ -585,6 +587,62 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         tfamp_rewrite.Session(graph=serving).close()
     assert "this graph holds none of them" in caplog.text
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["saver", "sharded_saver"])
+def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tmp_path, monkeypatch,
+                                                                           caplog, sharded):
+    """An evaluation in another process restores the checkpoint: the heals written beside it
+    keep its overflowing node float32 from its first run; without them that run returns inf."""
+    parts = overflow_net()
+    with parts["graph"].as_default():
+        saver = tf1.train.Saver(sharded=sharded)
+    (tmp_path / "ckpt").mkdir()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        prefix = saver.save(session, str(tmp_path / "ckpt" / "model"), global_step=12)
+    assert session.heals
+    beside = tmp_path / "ckpt" / heal_files.HEALS_BESIDE_CHECKPOINTS
+    assert "logits" in json.loads(beside.read_text())["kept_float32"]
+
+    def evaluate():
+        monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
+        monkeypatch.setattr(devices, "_logged", set())
+        again = overflow_net()
+        with again["graph"].as_default():
+            restorer = tf1.train.Saver(sharded=sharded)
+        with tfamp_rewrite.Session(graph=again["graph"]) as evaluation:
+            restorer.restore(evaluation, prefix)
+            feed = {again["batch"]: next(iter(again["feed"].values()))}
+            return evaluation.run("logits:0", feed)
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        logits = evaluate()
+    assert np.isfinite(logits).all() and np.abs(logits).max() > 65504  # float32 from the first run
+    (line,) = [r.getMessage() for r in caplog.records if "restored a checkpoint" in r.getMessage()]
+    assert "kept %d node(s) float32" % len(json.loads(beside.read_text())["kept_float32"]) in line
+    beside.unlink()
+    assert not np.isfinite(evaluate()).all()  # the proof: without them, float16 overflows
+
+
+def test_a_session_keeping_nothing_float32_writes_nothing_beside_its_checkpoints(tmp_path, caplog):
+    parts = overflow_net(input_scale=1.0)
+    with parts["graph"].as_default():
+        saver = tf1.train.Saver()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 2)
+        saver.save(session, str(tmp_path / "model"))
+        (tmp_path / heal_files.HEALS_BESIDE_CHECKPOINTS).write_text("not json")
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            saver.restore(session, str(tmp_path / "model"))  # a damaged file: said, then ignored
+            assert np.isfinite(train(parts, session, 1)).all()
+    assert session.heals == [] and sorted(p.name for p in tmp_path.iterdir() if "heals" in p.name) == \
+        [heal_files.HEALS_BESIDE_CHECKPOINTS]
+    (line,) = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert "delete the file" in line
 
 
 def test_a_callable_made_from_options_is_diagnosed_and_healed(caplog):

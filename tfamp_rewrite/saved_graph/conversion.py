@@ -6,6 +6,8 @@
     refuse a graph that is already converted (unless options.force)
     io       = resolve_io(saved, ...)        # inputs, outputs, signature, Saver/init nodes
     excluded = nodes matching --nodes-to-exclude
+    excluded += nodes the training run that saved a SavedModel / MetaGraph healed (its heal
+                file beside the checkpoint, doctor/heal_files.py)
     excluded += nodes calibration / auto-tuning keep float32 (tuning.py), with their reasons
     repeat:                                  # at most a few rounds
         result = rewrite_graph_def(graph, fetches=outputs, feeds=inputs (keep-io-types),
@@ -24,18 +26,20 @@ Cores), the constants report and, with ``--validate``, the validation report.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from ..doctor.heal_files import beside_checkpoint, kept_in
 from ..errors import ConversionError, GraphRewriteError
 from ..graph_rewrite.op_lists import builtin_lists, close_op_types
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import RewriteResult, rewrite_graph_def
 from ..graph_rewrite.tensor_cores import diagnose
 from .constants import ConstantRange, exclusions_for_out_of_range, fold_constants
-from .formats import SavedGraph
+from .formats import METAGRAPH, SAVEDMODEL, SavedGraph
 from .graph_io import GraphIO, GraphTensor, record_converted_dtypes, release_inputs, resolve_io
 from .input_check import check_input
 
@@ -131,6 +135,7 @@ class Prepared:
     excluded: List[str]
     warnings: List[str]
     seconds: float
+    healed: Dict[str, str] = field(default_factory=dict)  # node its training run healed -> heal file
 
 
 def prepare(saved: SavedGraph, options: ConvertOptions) -> Prepared:
@@ -142,7 +147,30 @@ def prepare(saved: SavedGraph, options: ConvertOptions) -> Prepared:
     io = resolve_io(saved, options.inputs, options.outputs, options.signature)
     warnings += _unused_options(saved.graph_def, options)
     excluded = matching_nodes(saved.graph_def, options.nodes_to_exclude)
-    return Prepared(io, excluded, warnings, time.perf_counter() - start)
+    healed = healed_in_training(saved)
+    excluded += [name for name in healed if name not in excluded]
+    return Prepared(io, excluded, warnings, time.perf_counter() - start, healed)
+
+
+def healed_in_training(saved: SavedGraph) -> Dict[str, str]:
+    """``{node: heal file}`` for the nodes of ``saved`` that the training run saving its
+    checkpoint kept float32: the heal file in a SavedModel's ``variables/`` or beside a
+    MetaGraph.  A file that cannot be read is an error naming it."""
+    if saved.kind == SAVEDMODEL:
+        path = beside_checkpoint(os.path.join(saved.path, "variables", "variables"))
+    elif saved.kind == METAGRAPH:
+        path = beside_checkpoint(saved.graph_file)
+    else:
+        return {}
+    if not os.path.exists(path):
+        return {}
+    try:
+        listed = set(kept_in(path))
+    except ValueError as error:
+        raise ConversionError("%s cannot be read as the nodes its training run kept float32 (%s)"
+                              % (path, error), "Delete it to convert those nodes, or restore it "
+                              "from the training run's checkpoint directory") from None
+    return {node.name: path for node in saved.graph_def.node if node.name in listed}
 
 
 def convert(saved: SavedGraph, options: ConvertOptions, prepared: Optional[Prepared] = None,
@@ -167,6 +195,7 @@ def convert(saved: SavedGraph, options: ConvertOptions, prepared: Optional[Prepa
             constants.folded, options.dtype))
     _explain_boundaries(report, io, options.keep_io_types)
     _explain_kept(report, kept or {})
+    _explain_healed(report, prepared.healed)
     _explain_out_of_range(report, out_of_range)
     _explain_folded(report, constants)
     if not options.keep_io_types:
@@ -245,6 +274,18 @@ def _explain_kept(report: RewriteReport, kept: Dict[str, object]) -> None:
             label = "calibration" if node.rule == "calibration" else "auto-tune"
             decision.reason = "kept float32 by %s: %s" % (label, node.reason)
             decision.rule = node.rule
+
+
+def _explain_healed(report: RewriteReport, healed: Dict[str, str]) -> None:
+    """Nodes the training run healed get that reason, and the report says where it is kept."""
+    for decision in report.decisions:
+        path = healed.get(decision.name)
+        if path is not None and "excluded by name" in decision.reason:
+            decision.reason = "kept float32: the training run that saved this model healed it (%s)" % path
+            decision.rule = "healed_in_training"
+    if healed:
+        report.notes.append("%d node(s) kept float32 that the training run healed (%s; delete it to "
+                            "convert them)" % (len(healed), next(iter(healed.values()))))
 
 
 def _explain_out_of_range(report: RewriteReport, out_of_range: Dict[str, str]) -> None:

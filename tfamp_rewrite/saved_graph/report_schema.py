@@ -88,7 +88,8 @@ DEFINITIONS = {
         "tensor_cores": _nullable("TensorCoreReport"), "numerics": {"enum": ["native", "emulate"]},
         "emulation": _nullable("EmulationReport")}, closed=False),
     "EmulationReport": _object({"nodes": INTEGER, "rounding_casts": INTEGER, "widening_casts": INTEGER,
-                                "narrowing_casts": INTEGER, "rounding_ops": INTEGER,
+                                "narrowing_casts": INTEGER, "gathers_rounding_rows": INTEGER,
+                                "rounding_ops": INTEGER,
                                 "native_half_nodes": INTEGER,
                                 "rounded_outputs": {"type": "object", "additionalProperties": STRING}}),
 }

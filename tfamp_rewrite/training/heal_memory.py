@@ -7,17 +7,16 @@ and every ``train()`` call, and without this each would skip and heal again.  An
 that merely reuses a name ("MatMul") is not healed.
 
 ``TFAMP_REWRITE_HEAL_FILE=path``: every heal writes the nodes kept float32 and the heals
-there (JSON, a new file renamed into place), and a session started with it set keeps them
+there (a heal file, doctor/heal_files.py), and a session started with it set keeps them
 float32 from its first run (``read_heal_file``), in this process or another.
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import tempfile
 import threading
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
+
+from ..doctor.heal_files import kept_in
 
 HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
 
@@ -55,25 +54,7 @@ def read_heal_file(environ=None) -> List[str]:
     if not path or not os.path.exists(path):
         return []
     try:
-        with open(path) as handle:
-            return [str(name) for name in json.load(handle)["kept_float32"]]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return kept_in(path)
+    except ValueError as error:
         raise ValueError("%s=%s cannot be read as a heal file (%s); delete it or point the "
                          "variable elsewhere" % (HEAL_FILE_ENV, path, error)) from None
-
-
-def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict]) -> None:
-    """Writes ``{"kept_float32": [...], "heals": [...]}`` to ``path``: a new file in its
-    directory, renamed into place, so a reader never sees half a file.  Raises OSError."""
-    # strict JSON: a culprit's largest |x| that was inf/nan is written as null
-    heals = [dict(h, max_abs=h["max_abs"] if math.isfinite(h["max_abs"]) else None) for h in heals]
-    data = {"kept_float32": sorted(kept_float32), "heals": heals}
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".tfamp-heals-", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as output:
-            output.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(temporary, path)
-    except OSError:
-        os.unlink(temporary)
-        raise

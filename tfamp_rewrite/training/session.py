@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import asdict
 
 import numpy as np
 import tensorflow as tf
@@ -37,10 +38,11 @@ from ..doctor.limits import limits_for
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
 from . import step_watch
+from .checkpoint_heals import SAVE, CheckpointRuns, kept_beside, save_beside
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
 from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
-from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file
+from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file, remember_healed
 from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
@@ -67,8 +69,9 @@ class _RewritingSession:
                                          session_compat(compat), config, target)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
-        self._inference = (InferenceWatch(self._shadow, heals=self._watch.auto_fix)
-                           if self._shadow is not None else None)
+        self._checkpoints = CheckpointRuns()
+        heals = self._watch is not None and self._watch.auto_fix
+        self._inference = InferenceWatch(self._shadow, heals) if self._shadow is not None else None
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
         super().__init__(target, graph=run_graph, config=config_without_tf_amp(config))
 
@@ -205,9 +208,12 @@ class _RewritingSession:
             hidden = None if steps_unseen else self._inference.hidden_fetches(elements, fed)
         else:  # a training run: what its forward pass hides, or the origin search
             hidden = self._inference.step_run_fetches(elements, fed)
+        checkpoint = self._checkpoints.checkpoint_run(elements, feeds) if fed else None
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
+            if checkpoint is not None:
+                self._carry_heals(*checkpoint)
             return values
         extra, probe_ids = watched if watched is not None else ({}, ())
         if checks is not None:
@@ -220,7 +226,20 @@ class _RewritingSession:
             self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
                         hidden, extra_values.get("hidden"), extra_values.get("steps"))
+        if checkpoint is not None:
+            self._carry_heals(*checkpoint)
         return values
+
+    def _carry_heals(self, kind: str, prefix: str) -> None:
+        """After a Saver's run: a save writes the nodes kept float32 beside the checkpoint
+        ``prefix``; a restore keeps float32 those listed beside it (checkpoint_heals.py)."""
+        if kind == SAVE:
+            save_beside(prefix, self._shadow.kept_float32, [asdict(h) for h in self.heals])
+            return
+        carried = [n for n in kept_beside(prefix, self._user_graph) if n not in self._shadow.kept_float32]
+        if carried:
+            self._shadow.heal(carried)
+            remember_healed(self._user_graph, carried)
 
     def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):
         """TensorFlow's run of private-graph ``fetches`` (``elements``, fed ``fed``); an

@@ -37,9 +37,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
-from .heal_memory import HEAL_FILE_ENV, remember_healed, write_heal_file
+from .heal_memory import HEAL_FILE_ENV, remember_healed
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
@@ -483,9 +484,10 @@ class StepWatch:
         if self.heal_file or _said_heal_file_hint:
             return ""
         _said_heal_file_hint = True
-        return (". Later sessions of this process start healed; another process (an evaluation, a "
-                "SavedModel served under mixed precision, the next training run) does so only with "
-                "%s=path set in both, which this one then writes (said once)" % HEAL_FILE_ENV)
+        return (". Later sessions of this process start healed; another process (an evaluation, "
+                "the next training run) does so when it restores a checkpoint this session saves "
+                "with a Saver (the heals are written beside it, %s), or with %s=path set in both, "
+                "which this one then writes (said once)" % (HEALS_BESIDE_CHECKPOINTS, HEAL_FILE_ENV))
 
     def _say_first_skip(self, scale: float, signal, several: bool) -> None:
         if self._said_skip:
@@ -564,7 +566,7 @@ class StepWatch:
                                 if _runs_collectives(self.shadow.user_graph) else ""))
 
     def _write_heal_file(self) -> None:
-        """Writes the kept nodes and the heals to ``heal_file`` (heal_memory.write_heal_file)."""
+        """Writes the kept nodes and the heals to ``heal_file`` (doctor/heal_files.py)."""
         if not self.heal_file:
             return
         try:

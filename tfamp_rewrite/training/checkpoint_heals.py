@@ -1,0 +1,151 @@
+"""Heals carried with checkpoints: what a training run keeps float32 reaches every process
+that restores its checkpoints.
+
+A rewriting session that keeps nodes float32 (it healed them, or carried them from a heal
+file or an earlier session) and saves a checkpoint with a ``Saver`` writes
+``HEALS_BESIDE_CHECKPOINTS`` into the checkpoint's directory (a heal file,
+doctor/heal_files.py).  A rewriting session that restores a checkpoint from a directory
+holding one keeps the nodes it lists float32 from then on, where its graph holds them: an
+evaluation in another process, a notebook reloading the model, the next training run
+resuming from its checkpoint.  The session says each once.
+
+A Saver's runs are told by what they run, as the session never sees the Saver: a fed
+string tensor that the save and restore ops read (the checkpoint's prefix), and a fetch
+that a ``SaveV2`` (a save) or a ``RestoreV2`` (a restore) is behind, a few ops up.  Both
+are looked up once per tensor and per fetch list.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from ..doctor.heal_files import beside_checkpoint, kept_in, write_heal_file
+from .devices import log_once
+from .heal_memory import HEAL_FILE_ENV
+from .shadow_graph import has_operation
+
+SAVE, RESTORE = "save", "restore"
+SAVE_OPS = frozenset({"SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints"})
+RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
+# ops up from a Saver's fetch to its save or restore op: a sharded restore is
+# restore_all <- restore_shard <- Assign(Variable) <- Identity <- RestoreV2
+_FETCH_DEPTH = 5
+_PREFIX_DEPTH = 3  # a prefix reaches a sharded save through StringJoin and ShardedFilename
+
+
+class CheckpointRuns:
+    """Tells a session's Saver runs from its others (module docstring)."""
+
+    def __init__(self):
+        self._prefix_tensors: Dict[str, bool] = {}
+        self._kinds: Dict[Tuple[str, ...], Optional[str]] = {}
+
+    def checkpoint_run(self, elements, feeds) -> Optional[Tuple[str, str]]:
+        """``(SAVE or RESTORE, checkpoint prefix)`` when a run of ``elements`` (tensors and
+        operations) fed ``feeds`` (tensor -> value) is a Saver's save or restore, else None."""
+        prefixes = [value for key, value in (feeds or {}).items()
+                    if isinstance(key, tf.Tensor) and key.dtype == tf.string and self._is_prefix(key)]
+        if not prefixes:
+            return None
+        names = tuple(element.name for element in elements)
+        if names not in self._kinds:
+            self._kinds[names] = _behind(elements)
+        kind = self._kinds[names]
+        prefix = _text(prefixes[0])
+        return None if kind is None or prefix is None else (kind, prefix)
+
+    def _is_prefix(self, tensor) -> bool:
+        known = self._prefix_tensors.get(tensor.name)
+        if known is None:
+            known = self._prefix_tensors[tensor.name] = _reaches(tensor, SAVE_OPS | RESTORE_OPS)
+        return known
+
+
+def save_beside(prefix: str, kept_float32, heals: List[dict]) -> None:
+    """After a save of checkpoint ``prefix`` by a session keeping ``kept_float32`` (nodes)
+    float32 (``heals``: its own heals, as dicts): writes them beside it, said once."""
+    if not kept_float32:
+        return
+    path = beside_checkpoint(prefix)
+    try:
+        write_heal_file(path, kept_float32, heals)
+    except OSError as error:
+        log_once("tfamp_rewrite: cannot write %s beside the checkpoint (%s): a session restoring "
+                 "it starts without the %d node(s) this one keeps float32; set %s=path in both "
+                 "processes instead (said once)" % (path, error.strerror or error, len(kept_float32),
+                                                    HEAL_FILE_ENV))
+        return
+    log_once("tfamp_rewrite: %s, beside the checkpoint, lists the %d node(s) this session keeps "
+             "float32; a session restoring a checkpoint from %s keeps them float32 too (an "
+             "evaluation, the next training run) (said once)"
+             % (path, len(kept_float32), os.path.dirname(path)))
+
+
+def kept_beside(prefix: str, graph) -> List[str]:
+    """Before a restore of checkpoint ``prefix`` into a session on ``graph``: the nodes the
+    heals beside it keep float32 that ``graph`` holds (none without such a file)."""
+    path = beside_checkpoint(prefix)
+    if not os.path.exists(path):
+        return []
+    try:
+        listed = kept_in(path)
+    except ValueError as error:
+        log_once("tfamp_rewrite: %s, beside the restored checkpoint, cannot be read as the nodes "
+                 "its training run kept float32 (%s): this session starts without them; delete "
+                 "the file, and the next save writes it again (said once)" % (path, error))
+        return []
+    present = [name for name in listed if has_operation(graph, name)]
+    log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "
+             "(%s): this session keeps the %d of them its graph holds float32 too (said once)"
+             % (len(listed), path, len(present)))
+    return present
+
+
+def _reaches(tensor, op_types) -> bool:
+    """Whether ``tensor`` is read by an op of ``op_types`` within ``_PREFIX_DEPTH`` ops."""
+    frontier, seen = [tensor.op], set()
+    for _ in range(_PREFIX_DEPTH):
+        readers = []
+        for op in frontier:
+            for output in op.outputs:
+                readers.extend(reader for reader in output.consumers() if reader.name not in seen)
+        if any(reader.type in op_types for reader in readers):
+            return True
+        seen.update(reader.name for reader in readers)
+        frontier = readers
+    return False
+
+
+def _behind(elements) -> Optional[str]:
+    """SAVE or RESTORE: which of the two ops is behind ``elements`` within ``_FETCH_DEPTH``
+    ops (inputs and control inputs), the nearer first; None if neither."""
+    frontier = [element if isinstance(element, tf.Operation) else element.op for element in elements]
+    seen = {op.name for op in frontier}
+    for _ in range(_FETCH_DEPTH):
+        above: List = []
+        for op in frontier:
+            for upstream in [t.op for t in op.inputs] + list(op.control_inputs):
+                if upstream.name not in seen:
+                    seen.add(upstream.name)
+                    above.append(upstream)
+        if any(op.type in SAVE_OPS for op in above):
+            return SAVE
+        if any(op.type in RESTORE_OPS for op in above):
+            return RESTORE
+        frontier = above
+    return None
+
+
+def _text(value) -> Optional[str]:
+    """A fed prefix (str, bytes, or a 0-d array of either) as text; None if it is not one."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value.item()
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
