@@ -103,6 +103,23 @@ def test_exclusions_leave_nodes_exactly_as_they_are():
     assert result.report.decision("gradients/conv1/Conv2D_grad/Conv2DBackpropInput").converted
 
 
+def test_nodes_to_exclude_takes_the_patterns_the_log_lines_give():
+    """Names, tensor names, and regular expressions matched from the start (``'^logits/MatMul$'``,
+    as the session's lines and the command line give them) exclude the same nodes."""
+    model = MODELS["conv_net_momentum"]()
+    for spelling in (["logits/MatMul"], ["logits/MatMul:0"], ["^logits/MatMul$"]):
+        result = rewrite_graph_def(model.graph_def, fetches=model.fetches, target="cpu",
+                                   nodes_to_exclude=spelling)
+        excluded = [d.name for d in result.report.decisions if d.reason == "excluded by name"]
+        assert excluded == ["logits/MatMul"], spelling
+    result = rewrite_graph_def(model.graph_def, fetches=model.fetches, target="cpu",
+                               nodes_to_exclude=["conv"])
+    excluded = {d.name for d in result.report.decisions if d.reason == "excluded by name"}
+    assert {"conv0/Conv2D", "conv1/Conv2D"} <= excluded
+    with pytest.raises(ValueError, match="neither a node of the graph nor a pattern matching one"):
+        rewrite_graph_def(model.graph_def, fetches=model.fetches, nodes_to_exclude=["^nothing$"])
+
+
 def test_fused_batch_norm_is_upgraded_to_v2_with_float32_scale():
     graph = tf.Graph()
     with graph.as_default():

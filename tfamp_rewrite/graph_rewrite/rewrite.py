@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, Mapping, Optional
 
@@ -113,8 +114,9 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
       lists: an ``OpLists`` replacing the lists, or a mapping of edits such as
         ``{"deny_add": ["Tanh"], "clear_remove": ["Relu"]}`` applied after the
         environment variables.
-      op_types_to_exclude, nodes_to_exclude: op types and node names left exactly as
-        they are (like fetches; unlike deny-listing, nothing downstream is affected).
+      op_types_to_exclude, nodes_to_exclude: op types, and node names (or regular
+        expressions matched from the start of node names), left exactly as they are (like
+        fetches; unlike deny-listing, nothing downstream is affected).
       numerics: ``"native"`` (half nodes get half kernels) or ``"emulate"`` (the same
         decisions, but half nodes run float32 kernels on values rounded to half at every
         half tensor: what a Tensor Core GPU computes, on any CPU at float32 speed; see
@@ -143,7 +145,7 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
 def _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude):
     """``rewrite_graph_def`` on its private copy ``output``."""
     known = {node.name for node in output.node}
-    preserved = _preserved(known, nodes_to_exclude, "node to exclude", "excluded by name")
+    preserved = {name: "excluded by name" for name in _excluded_nodes(known, nodes_to_exclude)}
     preserved.update(_preserved(known, feeds, "feed", "preserved: feed"))
     preserved.update(_preserved(known, fetches, "fetch", "preserved: fetch"))
     excluded_ops = frozenset(op_types_to_exclude)
@@ -299,6 +301,39 @@ def _preserved(known, names: Iterable, role: str, reason: str) -> Dict[str, str]
                              "as 'logits' or 'logits:0'" % (role, text))
         result[node] = reason
     return result
+
+
+_TENSOR_NAME = re.compile(r"(.+):(\d+)")
+
+
+def _excluded_nodes(known, items: Iterable) -> list:
+    """The nodes ``nodes_to_exclude`` names: node or tensor names, or regular expressions
+    matched from the start of node names (as ``tfamp-rewrite convert --nodes-to-exclude``
+    and the session's log lines give them, ``'^dense/MatMul$'``)."""
+    if isinstance(items, (str, bytes)) or hasattr(items, "name"):
+        items = [items]
+    names = []
+    for item in items:
+        text = getattr(item, "name", item)
+        if isinstance(text, bytes):
+            text = text.decode()
+        if not isinstance(text, str):
+            raise ValueError("nodes to exclude must be node or tensor names or patterns; got %r" % (item,))
+        tensor = _TENSOR_NAME.fullmatch(text)
+        if text in known or (tensor is not None and tensor.group(1) in known):
+            names.append(text if text in known else tensor.group(1))
+            continue
+        try:
+            pattern = re.compile(text)
+        except re.error:
+            pattern = None
+        matched = sorted(name for name in known if pattern is not None and pattern.match(name))
+        if not matched:
+            raise ValueError("node to exclude %r is neither a node of the graph nor a pattern matching "
+                             "one; pass node or tensor names such as 'logits' or 'logits:0', or "
+                             "regular expressions such as '^logits$'" % text)
+        names.extend(matched)
+    return names
 
 
 def _upgrade_batch_norm(nodes, eligible) -> int:
