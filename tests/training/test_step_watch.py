@@ -1065,6 +1065,76 @@ def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplo
     assert not np.isfinite(losses[0]) and np.isfinite(losses[-1]) and moved > 0
 
 
+def test_a_masked_value_healed_at_its_reader_is_kept_float32_where_it_travels_on(caplog):
+    """SimCLR's NT-Xent (newest pass): the -1e9 diagonal mask subtracted in half is -inf, the
+    loss NaN, the gradients finite.  Keeping the Sub float32 is not enough: the concat after
+    it still reads -1e9 in half.  The heal keeps the nodes the value reaches too."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [32, 8], name="x")
+        w = tf1.get_variable("w", [8, 16])
+        h1, h2 = tf.split(tf.math.l2_normalize(tf.matmul(x, w), -1), 2, 0)
+        masked = tf.matmul(h1, h1, transpose_b=True) / 0.1 - tf.one_hot(tf.range(16), 16) * 1e9
+        logits = tf.concat([tf.matmul(h1, h2, transpose_b=True) / 0.1, masked], 1, name="logits")
+        loss = tf1.losses.softmax_cross_entropy(tf.one_hot(tf.range(16), 32), logits)
+        train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: np.random.default_rng(0).standard_normal((32, 8)).astype(np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph, compat="latest") as session:
+            session.run(init)
+            losses = [session.run([train_op, loss], feed)[1] for _ in range(8)]
+            heals = session.heals
+    assert not np.isfinite(losses[0]) and np.isfinite(losses[-1]), losses
+    assert len(heals) == 1 and {"sub", "logits"} <= set(heals[0].nodes), heals
+    (found,) = [r.getMessage() for r in caplog.records if "found where the inf/nan starts" in r.getMessage()]
+    assert "does not fit float16 where 'sub' reads it" in found and "'^logits$'" in found
+
+
+@pytest.mark.parametrize("fetch_loss", [True, False], ids=["loss_fetched", "train_op_only"])
+def test_an_overflow_inside_a_while_loop_heals_the_loop_not_its_exit(caplog, fetch_loss):
+    """Masked attention in a TF1 decoder loop: an all-padding row's -1e9 scores are -inf in
+    half, its softmax NaN.  The loop's tensors cannot be probed; the first one seen holding
+    inf/nan is its Exit.  One heal keeps the loop's converted nodes float32 -- not the Exit,
+    then the Switch, then the Merge that only carry the NaN out, one heal each."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        tf1.set_random_seed(0)
+        keys = tf1.placeholder(tf.float32, [8, 6, 16], name="keys")
+        lengths = tf1.placeholder(tf.int32, [8], name="lengths")
+        target = tf1.placeholder(tf.float32, [8, 16], name="target")
+        query_kernel = tf1.get_variable("query_kernel", [16, 16])
+        padding = 1.0 - tf.sequence_mask(lengths, 6, dtype=tf.float32)
+
+        def attend(step, state):
+            query = tf.matmul(state, query_kernel)
+            scores = tf.squeeze(tf.matmul(keys, query[:, :, None]), -1) + padding * -1e9
+            return step + 1, tf.squeeze(tf.matmul(tf.nn.softmax(scores)[:, None, :], keys), 1)
+
+        _, context = tf.while_loop(lambda step, state: step < 3, attend, [0, tf.ones([8, 16])])
+        loss = tf.reduce_mean(tf.square(context - target))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    rng = np.random.default_rng(0)
+    feed = {keys: rng.standard_normal((8, 6, 16)), lengths: np.array([0] + [6] * 7),  # an empty row
+            target: rng.standard_normal((8, 16))}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(30):
+                session.run([train_op, loss] if fetch_loss else train_op, feed)
+            before = session.run(query_kernel)
+            final_loss = session.run([train_op, loss], feed)[1]
+            moved = np.abs(session.run(query_kernel) - before).max()
+            heals = session.heals
+    assert len(heals) == 1 and {"while/Softmax", "while/add", "while/MatMul"} <= set(heals[0].nodes)
+    assert np.isfinite(final_loss) and moved > 0  # the step applied
+    (said,) = [r.getMessage() for r in caplog.records if "while loop 'while/while_context'" in r.getMessage()]
+    assert "'while/Exit_1'" in said and "cannot be" in said
+
+
 def test_a_loss_scale_initialized_again_between_steps_is_said_once(caplog):
     """Reptile resets its optimizer per task with tf.variables_initializer(opt.variables()),
     which holds the loss scale's variables too: each task starts again at 32768 and skips

@@ -32,18 +32,20 @@ from __future__ import annotations
 
 import math
 import re
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..doctor.fixes import fix_for
 from ..doctor.probes import HalfNode
 from .devices import log_once
+from .half_readers import half_readers
 from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
 from .run_plans import ORIGIN
 from .shadow_graph import ancestors, has_operation
 from .step_watch import AUTO_FIX_ENV
+from .while_loops import while_loops
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
 CHECK_THEN = 16       # one such run in this many
@@ -126,6 +128,13 @@ class InferenceWatch:
         """The session healed the origin found: the next run returning inf/nan looks again."""
         self._search_again = True
 
+    def _search_if_still_non_finite(self, fetches, values) -> None:
+        """After a heal, a run (inferring or training) that returns inf/nan again starts
+        the search again, unsaid."""
+        if self._search_again and _non_finite_leaf(fetches, values) is not None:
+            self._search_again = False
+            self._origin_runs = ORIGIN_RUNS
+
     def after_run(self, fetches, values, hidden=None, hidden_statuses=None
                   ) -> Optional[Tuple[Origin, List[str]]]:
         """Says the first inf/nan in ``values`` (the user's ``fetches``), else the first
@@ -135,9 +144,7 @@ class InferenceWatch:
             return self.after_origin_run(hidden, hidden_statuses,
                                          _non_finite_leaf(fetches, values) is not None)
         if self.said:
-            if self._search_again and _non_finite_leaf(fetches, values) is not None:
-                self._search_again = False
-                self._origin_runs = ORIGIN_RUNS
+            self._search_if_still_non_finite(fetches, values)
             return None
         found = _non_finite_leaf(fetches, values)
         if found is not None:
@@ -178,7 +185,10 @@ class InferenceWatch:
         so and looks for the origin."""
         if plan is not None and plan.kind == ORIGIN:
             return self.after_origin_run(plan, statuses, _non_finite_leaf(fetches, values) is not None)
-        if not applied or self._said_applied:
+        if not applied:
+            return None
+        if self._said_applied:
+            self._search_if_still_non_finite(fetches, values)
             return None
         found = _non_finite_leaf(fetches, values)
         if found is not None:
@@ -239,7 +249,13 @@ class InferenceWatch:
                      "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
                                       else "the float32 value", origin.tensor, self.shadow.dtype))
             return None
-        if origin.kind == ADDED and not origin.source_half:
+        loop = self._loop_left_by(origin)
+        if loop is not None:
+            frame, keep = loop
+            where = ("it starts inside while loop %r, whose values cannot be looked at, and %r "
+                     "carries it out: its %d %s node(s) are to keep" % (
+                         frame, origin.node, len(keep), self.shadow.dtype))
+        elif origin.kind == ADDED and not origin.source_half:
             where = ("the float32 value of %r (%s) does not fit %s where %s read%s it" % (
                 origin.node, origin.op, self.shadow.dtype, ", ".join(repr(n) for n in keep[:4]),
                 "s" if len(keep) == 1 else ""))
@@ -248,8 +264,10 @@ class InferenceWatch:
                 origin.node, origin.op, self.shadow.dtype)
         others = [each for each in NonFiniteOrigin.independent(plan.entries, statuses)
                   if each is not origin and each.nodes_to_keep()]
+        keep = self._with_half_readers(origin, keep)
         for each in others:
-            keep = keep + [name for name in each.nodes_to_keep() if name not in keep]
+            keep = keep + [name for name in self._with_half_readers(each, each.nodes_to_keep())
+                           if name not in keep]
         if others:
             where += ", and %d more start%s on %s own: %s" % (
                 len(others), "s" if len(others) == 1 else "", "its" if len(others) == 1 else "their",
@@ -260,6 +278,37 @@ class InferenceWatch:
                      where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
                      ["^%s$" % re.escape(name) for name in keep]))
         return origin, keep
+
+    def _loop_left_by(self, origin: Origin) -> Optional[Tuple[str, List[str]]]:
+        """(frame, its converted nodes) when ``origin`` is the Exit of a TF1 while loop with
+        converted nodes: the inf/nan started inside, where no tensor can be fetched."""
+        if origin.op not in ("Exit", "RefExit"):
+            return None
+        graph_def = self.shadow.user_graph.as_graph_def()
+        readers: Dict[str, List[str]] = {}
+        for node in graph_def.node:
+            for text in node.input:
+                if not text.startswith("^"):
+                    readers.setdefault(text.split(":")[0], []).append(node.name)
+        loop = while_loops(graph_def, readers).get(origin.node)
+        converted = self.shadow.converted_now()
+        half = [name for name in (loop[1] if loop else ()) if name in converted]
+        return (loop[0], half) if half else None
+
+    def _with_half_readers(self, origin: Origin, keep: List[str]) -> List[str]:
+        """``keep`` (``origin``'s nodes to keep float32) and the converted nodes its value
+        would reach in half once they are float32 (half_readers.py)."""
+        decisions = {d.name: d for report in self.shadow.reports for d in report.decisions}
+        graph = self.shadow.user_graph
+
+        def readers(name):
+            if not has_operation(graph, name):
+                return ()
+            return [reader.name for output in graph.get_operation_by_name(name).outputs
+                    for reader in output.consumers()]
+
+        return half_readers(origin.node, [n for n in keep if n in decisions], decisions, readers) + \
+            [n for n in keep if n not in decisions]
 
     def list_edit(self, names) -> str:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""

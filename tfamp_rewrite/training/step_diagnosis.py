@@ -40,15 +40,10 @@ from ..doctor.limits import HalfLimits
 from ..doctor.probe_ops import NONFINITE_BIN, OVERFLOW_BIN, ProbeOps
 from ..doctor.probes import FORWARD, HalfNode, Probe, plan_boundary_probes, plan_probes
 from ..graph_rewrite.graph_view import parse_input, topological_names
+from .half_readers import half_readers
+from .while_loops import while_loops
 
 FRONTIER_DEPTH = 6  # float32 nodes between an inf/nan and the half tensor held to blame
-MAX_READERS_KEPT = 64  # converted nodes a culprit's value reaches that a heal also keeps float32
-MAX_NODES_WALKED = 512  # nodes passing a culprit's value on that are walked to find them
-# Converted ops that pass a large value's size on to their readers: the clear list (moves,
-# selects, max-pools) and these infer-list ones (a bias or a sum added, an activation that is
-# the identity for large positive inputs).
-_PASSES_SIZE_ON = frozenset({"BiasAdd", "BiasAddV1", "Add", "AddV2", "AddN", "Sub", "Relu",
-                             "Relu6", "Elu", "Selu", "LeakyRelu", "Softplus"})
 
 
 @dataclass
@@ -92,6 +87,7 @@ class StepDiagnosis:
         for node, tensors in self._inputs.items():
             for tensor in tensors:
                 self._readers.setdefault(tensor.split(":")[0], []).append(node)
+        self._loops = while_loops(user_def, self._readers)
         probes = plan_probes(user_def, rewritten_def, report).probes
         held = self._held = {p.tensor for p in probes}
         self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
@@ -160,6 +156,8 @@ class StepDiagnosis:
 
     def _judge(self, probe: Probe, row, largest: float, scale: float, at_floor: bool) -> Optional[Culprit]:
         nonfinite, beyond = int(row[NONFINITE_BIN]), int(row[OVERFLOW_BIN])
+        if probe.node in self._loops and (nonfinite > 0 or (probe.node in self._converted and beyond > 0)):
+            return self._loop_culprit(probe, largest, scale, at_floor)
         boundary = None
         if probe.node in self._converted:
             out_of_range = nonfinite > 0 or beyond > 0
@@ -191,22 +189,31 @@ class StepDiagnosis:
             probe = self._with_half_readers(probe)
         return self._culprit(probe, largest, held_by, presumed=boundary is not None)
 
+    def _loop_culprit(self, probe: Probe, largest: float, scale: float, at_floor: bool
+                      ) -> Optional[Culprit]:
+        """A value leaving a while loop (its Exit) out of range: it started inside the loop,
+        whose tensors cannot be probed, so the loop's converted nodes are presumed to blame
+        (a -1e9 attention mask in half inside a decoder loop) -- not the Exit, nor the
+        Switch and Merge that carry the value out.  None for a loop with no converted node."""
+        frame, members = self._loops[probe.node]
+        half = [n for n in members if n in self._converted]
+        if not half:
+            return None  # float32 all the way: no half tensor's doing
+        unscaled_beyond = bool(np.isfinite(largest)) and largest / scale > self.limits.max_finite
+        if probe.role != FORWARD and not at_floor and not unscaled_beyond:
+            return None
+        some = _names([self._half_node(n) for n in half[:3]]) + (", ..." if len(half) > 3 else "")
+        held_by = ("the %d converted node(s) of while loop %r (%s), whose values cannot be probed "
+                   "inside it, as %r leaves it" % (len(half), frame, some, probe.node))
+        probe = Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
+                      role=probe.role, half_nodes=[self._half_node(n) for n in half])
+        return self._culprit(probe, largest, held_by, presumed=True)
+
     def _with_half_readers(self, probe: Probe) -> Probe:
         """``probe`` with the converted nodes added that would read its value in half once
-        its half nodes are float32: its converted readers, and theirs through nodes, half or
-        float32, that pass the value's size on (``_passes_size_on``: a float32 sum of a
-        gradient, read in half by the next layer's backprop, holds it as large)."""
-        kept = [n.name for n in probe.half_nodes]
-        passing = [probe.node] + [n.name for n in probe.half_nodes if self._passes_size_on(n.name)]
-        walked = set(passing)
-        while passing and len(kept) < MAX_READERS_KEPT and len(walked) < MAX_NODES_WALKED:
-            node = passing.pop(0)
-            for reader in self._readers.get(node, ()):
-                if reader in self._converted and reader not in kept:
-                    kept.append(reader)
-                if reader not in walked and reader in self._decisions and self._passes_size_on(reader):
-                    walked.add(reader)
-                    passing.append(reader)
+        its half nodes are float32 (half_readers.py)."""
+        kept = half_readers(probe.node, [n.name for n in probe.half_nodes], self._decisions,
+                            lambda node: self._readers.get(node, ()))
         if len(kept) == len(probe.half_nodes):
             return probe
         half_nodes = [self._half_node(n) for n in kept]
@@ -232,10 +239,6 @@ class StepDiagnosis:
 
     def _half_node(self, node: str) -> HalfNode:
         return HalfNode(node, self._decisions[node].op, self._decisions[node].category)
-
-    def _passes_size_on(self, node: str) -> bool:
-        decision = self._decisions[node]
-        return decision.category == "clear" or decision.op in _PASSES_SIZE_ON
 
     @staticmethod
     def _culprit(probe: Probe, largest: float, held_by: str, presumed: bool = False) -> Culprit:
