@@ -155,7 +155,7 @@ def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
         def watched(fetch, fed=()):
             planned = session._inference._hidden.fetches([private.private_fetch(fetch)],
                                               [private.private_feed(t) for t in fed])
-            return planned.entries if planned else []
+            return [str(each) for each in planned.entries] if planned else []
 
         assert watched("float32_only:0") == []
         assert watched("half:0") == ["'logits:0', read by 'half' (ArgMax)"]
@@ -178,8 +178,9 @@ def test_a_training_run_watches_what_its_forward_pass_hides_not_its_gradients():
     with Session(graph=graph) as session:
         session.run(init)
         elements = [session._shadow.private_fetch(name) for name in (train.name, loss.name)]
-        everything = HiddenNonFinite(session._shadow).fetches(elements).entries
-        forward = HiddenNonFinite(session._shadow, forward_only=True).fetches(elements).entries
+        everything = map(str, HiddenNonFinite(session._shadow).fetches(elements).entries)
+        planned = HiddenNonFinite(session._shadow, forward_only=True).fetches(elements)
+        forward = [str(each) for each in planned.entries]
     assert any("read by 'gradients/" in each for each in everything)
     assert forward == ["'denominator:0', read by 'ratio' (RealDiv)"]
 
@@ -239,6 +240,6 @@ def test_a_run_through_tf1_control_flow_watches_only_what_it_can_fetch(caplog):
             session._shadow.private_feed("x:0")])
     for value, want in zip(values, expected):
         np.testing.assert_array_equal(value, want)
-    assert sorted(planned.entries) == ["'final_logits:0', read by 'after_loop' (ArgMax)",
+    assert sorted(map(str, planned.entries)) == ["'final_logits:0', read by 'after_loop' (ArgMax)",
                                   "'logits:0', read by 'after_cond' (ArgMax)"]
     assert not hidden_lines(caplog)

@@ -388,6 +388,37 @@ def test_an_inference_run_returning_inf_with_healing_off_says_the_edit_not_a_hea
     assert "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_" in found and "nodes_to_exclude=" in found
 
 
+def test_training_runs_that_never_compute_what_an_inference_run_returned_do_not_search_for_it(
+        cpu_target, monkeypatch, caplog):
+    """A feature extractor fetched once returns inf; the training steps after it compute
+    another loss, and their skipped steps' gradient overflows are the loss scale's.  They
+    neither end the search ("found none") nor are taken for its origin; the next run that
+    computes the features finds and heals the MatMul that overflowed."""
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 8], name="x")
+        big = tf1.get_variable("big", [8, 8], initializer=tf1.constant_initializer(3000.0), trainable=False)
+        features = tf.matmul(x, big, name="features")  # 72000 in float32: inf in float16
+        w = tf1.get_variable("w", [8, 1])
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w, name="prediction") - 1.0))
+        train = LossScaleOptimizer(tf1.train.AdamOptimizer(0.01), "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: np.full((4, 8), 3.0, np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        assert np.isinf(session.run(features, feed)).all()
+        for _ in range(12):  # more than the search's runs; the first steps skip at 32768
+            session.run([train, loss], feed)
+        assert session.heals == []
+        session.run(features, feed)  # computes the features: the search finds their node
+        healed = session.heals
+        assert np.isfinite(session.run(features, feed)).all()
+    assert [h.nodes for h in healed] == [["features"]]
+    said = caplog.text
+    assert "found none" not in said and "gradients/" not in said.split("found where")[-1].split("\n")[0]
+
+
 def training_graph():
     """Dense layers trained with Momentum (variables + slots), and a Saver over all of them."""
     graph = tf.Graph()

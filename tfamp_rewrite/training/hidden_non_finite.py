@@ -18,7 +18,7 @@ concern (the step skips), and a gradient's division hides nothing the loss shows
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from .run_plans import HIDDEN, Plan, RunPlans, computed_by, packed_non_finite
 from .shadow_graph import reachable
@@ -48,9 +48,9 @@ class HiddenNonFinite:
         self._plans = RunPlans(shadow, self._plan)
 
     def fetches(self, elements: Sequence, fed=()) -> Optional[Plan]:
-        """A ``HIDDEN`` plan for a run of ``elements`` (private graph): a description per
-        watched tensor ("'logits:0' read by 'ArgMax'"), the packed status true where it
-        holds inf/nan; None when the run computes no such tensor."""
+        """A ``HIDDEN`` plan for a run of ``elements`` (private graph): a ``Hidden`` per
+        watched tensor (as text "'logits:0', read by 'ArgMax' (ArgMax)"), the packed status
+        true where it holds inf/nan; None when the run computes no such tensor."""
         return self._plans.get(elements, fed)
 
     def _in_backward_pass(self, op) -> bool:
@@ -76,11 +76,22 @@ class HiddenNonFinite:
         if not watched:
             return None
         user = self.shadow.user_name
-        descriptions = ["%r, read by %r (%s)" % (user(self.shadow.user_source(tensor).name),
-                                                 user(reader.name), reader.type)
-                        for tensor, reader in watched.values()]
-        return Plan(HIDDEN, descriptions, packed_non_finite(
+        entries = [Hidden(user(self.shadow.user_source(tensor).name), user(reader.name), reader.type)
+                   for tensor, reader in watched.values()]
+        return Plan(HIDDEN, entries, packed_non_finite(
             self.shadow.graph, [t for t, _ in watched.values()], _SCOPE))
+
+
+class Hidden(NamedTuple):
+    """A watched tensor (user graph names) and the op whose outputs do not show its inf/nan;
+    as text, how a notice names it."""
+
+    tensor: str
+    reader: str
+    reader_op: str
+
+    def __str__(self) -> str:
+        return "%r, read by %r (%s)" % (self.tensor, self.reader, self.reader_op)
 
 
 def _hidden_inputs(op) -> Tuple[int, ...]:

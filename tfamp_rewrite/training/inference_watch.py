@@ -45,6 +45,7 @@ from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
 from .run_plans import ORIGIN
 from .shadow_graph import ancestors, has_operation
 from .step_watch import AUTO_FIX_ENV
+from .twins import twin_nodes
 from .while_loops import while_loops
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
@@ -65,18 +66,21 @@ class InferenceWatch:
         self._hidden = HiddenNonFinite(shadow)
         self._hidden_in_steps = HiddenNonFinite(shadow, forward_only=True)
         self._origin = NonFiniteOrigin(shadow)
+        self._origin_in_steps = NonFiniteOrigin(shadow, forward_only=True)
         self._origin_runs = 0      # runs left to look for the origin of what was said
         self._said_applied = False  # a training run's inf/nan with finite gradients: said once
         self._runs = 0             # inference runs, and training runs, counted for check_due
         self._step_runs = 0
         self._search_again = False  # healed: a run returning inf/nan again restarts the search
+        self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
+        self._computes_said: Dict[tuple, bool] = {}  # (generation, node, run) -> computes it
 
     def hidden_fetches(self, elements, fed=()):
         """What this inference run fetches besides, for ``after_run``: while an origin is
         looked for, ``origin_fetches``; before anything is said, ``HiddenNonFinite.fetches``
         (or None when it does not check, ``check_due``)."""
         if self.looking_for_origin():
-            return self.origin_fetches(elements, fed)
+            return self.origin_fetches(elements, fed) if self._computes_said_node(elements, fed) else None
         if self.said:
             return None
         return self._hidden.fetches(elements, fed) if self.check_due() else None
@@ -89,6 +93,27 @@ class InferenceWatch:
     def origin_fetches(self, elements, fed=()):
         """``NonFiniteOrigin.fetches`` for a run of ``elements`` (a training run's too)."""
         return self._origin.fetches(elements, fed)
+
+    def _computes_said_node(self, elements, fed=()) -> bool:
+        """Whether a run of ``elements`` (private graph) computes the node whose inf/nan was
+        said (True when that is not known): only such runs look for its origin, and count
+        towards the ``ORIGIN_RUNS`` the search lasts -- a training loop that never computes
+        a feature extractor fetched once neither finds nor rules out its overflow."""
+        if self._said_node is None:
+            return True
+        names = tuple(getattr(e, "name", str(e)) for e in elements)
+        key = (self.shadow.private_name(""), self._said_node, names, tuple(sorted(t.name for t in fed)))
+        known = self._computes_said.get(key)
+        if known is None:
+            private = self.shadow.private_name(self._said_node)
+            known = self._computes_said[key] = any(
+                op.name == private for op in ancestors(elements, {t.name for t in fed}))
+        return known
+
+    def _remember_said(self, found) -> None:
+        """The user node behind ``found``: a fetch, a name, or a ``Hidden`` entry."""
+        name = getattr(found, "tensor", None) or getattr(found, "name", found)
+        self._said_node = name.split(":")[0] if isinstance(name, str) and name else None
 
     def hidden_plan(self, elements, fed=()):
         """``HiddenNonFinite.fetches`` whatever ``check_due`` says (a callable's, fixed when
@@ -104,10 +129,13 @@ class InferenceWatch:
 
     def step_run_fetches(self, elements, fed=()):
         """What a training run fetches besides, for ``after_step_run``: while an origin is
-        looked for, ``origin_fetches``; before a training run's inf/nan was said, on the
-        runs ``step_check_due`` picks, the checks of what its forward pass hides."""
+        looked for, its forward pass's origin statuses (not its gradients': their inf/nan
+        is the loss scale's); before a training run's inf/nan was said, on the runs
+        ``step_check_due`` picks, the checks of what its forward pass hides."""
         if self.looking_for_origin():
-            return self.origin_fetches(elements, fed)
+            if not self._computes_said_node(elements, fed):
+                return None
+            return self._origin_in_steps.fetches(elements, fed)
         plan = self.step_hidden_plan(elements, fed)
         return plan if plan is not None and self.step_check_due() else None
 
@@ -131,9 +159,11 @@ class InferenceWatch:
     def _search_if_still_non_finite(self, fetches, values) -> None:
         """After a heal, a run (inferring or training) that returns inf/nan again starts
         the search again, unsaid."""
-        if self._search_again and _non_finite_leaf(fetches, values) is not None:
+        found = _non_finite_leaf(fetches, values) if self._search_again else None
+        if found is not None:
             self._search_again = False
             self._origin_runs = ORIGIN_RUNS
+            self._remember_said(found)
 
     def after_run(self, fetches, values, hidden=None, hidden_statuses=None
                   ) -> Optional[Tuple[Origin, List[str]]]:
@@ -149,12 +179,14 @@ class InferenceWatch:
         found = _non_finite_leaf(fetches, values)
         if found is not None:
             name = getattr(found, "name", found)
+            self._remember_said(found)
             self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
                       "healed it" % (" in %r" % name if isinstance(name, str) and name else ""))
         elif hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
+            entry = hidden.entries[int(np.argmax(hidden_statuses))]
+            self._remember_said(entry)
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
-                      "computed no loss-scaled step, so nothing watched or healed it"
-                      % hidden.entries[int(np.argmax(hidden_statuses))])
+                      "computed no loss-scaled step, so nothing watched or healed it" % (entry,))
         return None
 
     def after_failure(self, error, elements, fed=()) -> None:
@@ -193,14 +225,17 @@ class InferenceWatch:
         found = _non_finite_leaf(fetches, values)
         if found is not None:
             name = getattr(found, "name", found)
+            self._remember_said(found)
             what = ("returned inf/nan%s, yet its gradients were finite"
                     % (" in %r" % name if isinstance(name, str) and name else ""))
             how = ("A value the loss does not compute is no step's concern; a loss behind ops that "
                    "pass no gradient through inf/nan (tf.maximum, a max or min reduction, a "
                    "comparison) leaves the gradients zero and the weights where they were.")
         elif plan is not None and statuses is not None and np.any(statuses):
+            entry = plan.entries[int(np.argmax(statuses))]
+            self._remember_said(entry)
             what = ("computed inf/nan in %s, which the values it returned do not show, and its "
-                    "gradients were finite" % plan.entries[int(np.argmax(statuses))])
+                    "gradients were finite" % (entry,))
             how = ("A loss computed through it can look finite while its gradients are zero and "
                    "the weights stay where they were: a ratio whose denominator overflowed is 0 "
                    "(1 - SSIM of 0..255 images is 1).")
@@ -273,10 +308,11 @@ class InferenceWatch:
                 len(others), "s" if len(others) == 1 else "", "its" if len(others) == 1 else "their",
                 ", ".join("%r (%s)" % (each.node, each.op) for each in others[:4])
                 + (", ..." if len(others) > 4 else ""))
+        twins = twin_nodes(self.shadow.user_graph, keep, self.shadow.converted_now())
         log_once("tfamp_rewrite: found where the inf/nan starts (a later run of the rewritten "
                  "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
                      where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
-                     ["^%s$" % re.escape(name) for name in keep]))
+                     ["^%s$" % re.escape(name) for name in keep + twins]))
         return origin, keep
 
     def _loop_left_by(self, origin: Origin) -> Optional[Tuple[str, List[str]]]:

@@ -16,6 +16,9 @@ inf/nan is the origin (``first``, ``Origin``):
     a float32 or fed value                    it held inf/nan already: float16 did not cause it
 
 Tensors inside a TF1 while loop or cond branch are left out: they cannot be fetched there.
+In a training run (``NonFiniteOrigin(shadow, forward_only=True)``) the backward pass is
+left out too: a gradient's inf/nan there is the loss scale's (the step skips, the scale
+falls), not where an inf/nan the run returned starts.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from ..graph_rewrite.control_flow import producers_first, tf_graph_inputs
 from ..graph_rewrite.emulation import VALUE_PRESERVING_OPS
 from .run_plans import ORIGIN, Plan, RunPlans, computed_by, packed_non_finite
 from .shadow_graph import has_operation
+from .unscaled_training import GRADIENT_SCOPE
 
 _SCOPE = "tfamp_non_finite_origin"
 HALF, ADDED, FLOAT32, FED = "half", "added", "float32", "fed"
@@ -55,8 +59,9 @@ class Origin:
 class NonFiniteOrigin:
     """A rewriting session's search for the first tensor holding inf/nan in a run."""
 
-    def __init__(self, shadow):
+    def __init__(self, shadow, forward_only: bool = False):
         self.shadow = shadow
+        self.forward_only = forward_only
         self._plans = RunPlans(shadow, self._plan)
 
     def fetches(self, elements, fed=()) -> Optional[Plan]:
@@ -84,10 +89,11 @@ class NonFiniteOrigin:
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}
         operations, inside = computed_by(elements, fed_names)
-        order = [operations[i] for i in producers_first(*tf_graph_inputs(operations))
-                 if operations[i] not in inside]
-        half = {op for op in order if self.shadow.computes_in_half(op)}
         user_graph, user = self.shadow.user_graph, self.shadow.user_name
+        order = [operations[i] for i in producers_first(*tf_graph_inputs(operations))
+                 if operations[i] not in inside
+                 and not (self.forward_only and GRADIENT_SCOPE.search(user(operations[i].name)))]
+        half = {op for op in order if self.shadow.computes_in_half(op)}
         added = {op for op in order if not has_operation(user_graph, user(op.name))}
         if not half:
             return None

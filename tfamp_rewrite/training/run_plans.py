@@ -26,7 +26,7 @@ class Plan(NamedTuple):
     """One run's extra fetch: whether each watched tensor holds inf/nan."""
 
     kind: str        # HIDDEN or ORIGIN
-    entries: list    # per watched tensor: a description (HIDDEN), an Origin (ORIGIN)
+    entries: list    # per watched tensor: a Hidden (HIDDEN), an Origin (ORIGIN)
     statuses: tf.Tensor  # the packed bool vector (packed_non_finite)
 
 

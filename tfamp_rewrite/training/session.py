@@ -45,6 +45,7 @@ from .devices import log_once, session_dtype, session_numerics, session_rewrite_
 from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file, remember_healed
 from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
+from .run_plans import ORIGIN
 from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
 from .step_watch import StepWatch, auto_fix_setting
 from .unscaled_training import UnscaledTrainingWatch
@@ -270,12 +271,17 @@ class _RewritingSession:
         if not ran:  # none, or each in a TF1 cond branch not taken
             return
         applied = all(bool(finite) for finite, _ in ran.values())
+        was_searching = self._inference.looking_for_origin()
         found = self._inference.after_step_run(fetches, values, applied, hidden, hidden_statuses)
         if found is not None:
             self._heal_origin(found, "no step skipped: an inf/nan with finite gradients" if applied
                               else "an inf/nan a run returned, traced to its node on a skipped step",
                               restart_scale=not applied)
-        if (found is not None or self._inference.looking_for_origin()) and self._watch.can_heal():
+        # a NanTensorHook waits on a run that starts a search or takes part in one, not on
+        # one that never computes what the search looks for
+        searching = self._inference.looking_for_origin() and (
+            not was_searching or (hidden is not None and hidden.kind == ORIGIN))
+        if (found is not None or searching) and self._watch.can_heal():
             step_watch.still_recovering(self._user_graph)
 
     def _heal_origin(self, found, why: str, restart_scale: bool = False) -> None:
