@@ -517,7 +517,8 @@ def test_a_misspelled_list_variable_is_said_once_as_a_warning(cpu_target, monkey
 
 
 def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target, caplog):
-    """Keras grows the graph at every fit, evaluate and predict: one line each would be noise."""
+    """Keras grows the graph at every fit, evaluate and predict, an evaluation loop at every
+    Session it opens: one line each would be noise."""
     graph = tf.Graph()
     with graph.as_default():
         x = tf1.placeholder(tf.float32, [2, 4], name="x")
@@ -529,8 +530,13 @@ def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target
                 session.run(outputs[-1], feed)
                 with graph.as_default():
                     outputs.append(tf.matmul(outputs[-1], tf.ones([4, 4])))
+        for _ in range(2):  # an evaluation loop: a Session per evaluation, each growing the graph
+            with Session(graph=graph) as evaluation:
+                evaluation.run(outputs[-1], feed)
+                with graph.as_default():
+                    outputs.append(tf.matmul(outputs[-1], tf.ones([4, 4])))
     lines = [(r.levelno, r.getMessage()) for r in caplog.records if "session graph" in r.getMessage()]
-    assert [level for level, _ in lines] == [logging.INFO, logging.INFO, logging.DEBUG, logging.DEBUG]
+    assert [level for level, _ in lines] == [logging.INFO, logging.INFO] + [logging.DEBUG] * 4
     assert "rewritten: converted" in lines[0][1]
     assert "grew, rewritten again (later growth is rewritten without a line each)" in lines[1][1]
     assert len(session.rewrite_reports) == 4

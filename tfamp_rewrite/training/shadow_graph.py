@@ -21,6 +21,7 @@ import collections
 import collections.abc
 import logging
 import threading
+import weakref
 from typing import Dict, List, Set, Tuple
 
 import numpy as np
@@ -48,6 +49,9 @@ from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
+# user graph -> its imports logged by _synced, over all its sessions (an evaluation loop
+# opening a Session per evaluation on a graph it grows each time)
+_SYNCS_PER_GRAPH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class ShadowGraph:
@@ -81,7 +85,6 @@ class ShadowGraph:
         self._feeds: Dict[object, object] = {}    # user feed key -> private tensor
         self._rounded_feeds: List[str] = []       # fed tensors found rounded to half, unsaid
         self._lock = threading.RLock()
-        self._syncs = 0                      # imports logged by _synced
 
     # -- keeping in step --------------------------------------------------------------
     def sync(self) -> None:
@@ -287,19 +290,20 @@ class ShadowGraph:
 
     def _synced(self, graph_def, result) -> None:
         """Called after each import, with the user's graph and its rewrite: logs the first
-        rewrite and the first growth (Keras grows its graph at every fit, evaluate and
-        predict), each line once per process (an Estimator builds the same graph anew for
-        every evaluation); the rest goes to DEBUG, and ``reports`` keeps every rewrite.
-        The report's warnings (a misspelled list variable) are each said once, as warnings."""
+        rewrite of the user graph and its first growth (Keras grows its graph at every fit,
+        evaluate and predict), over all the graph's sessions, each line once per process
+        (an Estimator builds the same graph anew for every evaluation); the rest goes to
+        DEBUG, and ``reports`` keeps every rewrite.  The report's warnings (a misspelled
+        list variable) are each said once, as warnings."""
         del graph_def
         for warning in result.report.warnings:
             log_once("tfamp_rewrite: " + warning)
-        self._syncs += 1
+        syncs = _SYNCS_PER_GRAPH[self.user_graph] = _SYNCS_PER_GRAPH.get(self.user_graph, 0) + 1
         line = "tfamp_rewrite: session graph %s: %s" % (
-            "rewritten" if self._syncs == 1 else
+            "rewritten" if syncs == 1 else
             "grew, rewritten again (later growth is rewritten without a line each)",
             result.report.one_line())
-        if self._syncs > 2 or line in _SAID_SUMMARIES:
+        if syncs > 2 or line in _SAID_SUMMARIES:
             logging.getLogger(LOGGER_NAME).debug(line)
             return
         _SAID_SUMMARIES.add(line)
