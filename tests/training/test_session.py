@@ -388,6 +388,24 @@ def test_an_inference_run_returning_inf_with_healing_off_says_the_edit_not_a_hea
     assert "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_" in found and "nodes_to_exclude=" in found
 
 
+def test_a_session_closed_while_its_search_is_on_says_so_once(cpu_target, monkeypatch, caplog):
+    """An Estimator's evaluation session may end before the search's runs: said once per
+    process, with how many of its runs looked."""
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        for _ in range(2):
+            with Session(graph=probe_graph()) as session:
+                assert np.isinf(session.run("relu:0", FEED)).all()  # said: the search starts
+    (line,) = [r.getMessage() for r in caplog.records if "a session closed while looking" in r.getMessage()]
+    assert "none of its later runs computed that node" in line
+    caplog.clear()
+    monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=probe_graph()) as session:
+        for _ in range(3):  # said, then the second run finds the node: nothing is pending at close
+            session.run("relu:0", FEED)
+    assert "found where the inf/nan starts" in caplog.text and "a session closed while" not in caplog.text
+
+
 def test_training_runs_that_never_compute_what_an_inference_run_returned_do_not_search_for_it(
         cpu_target, monkeypatch, caplog):
     """A feature extractor fetched once returns inf; the training steps after it compute

@@ -152,6 +152,19 @@ class InferenceWatch:
         self._step_runs += 1
         return _due(self._step_runs)
 
+    def session_closed(self) -> None:
+        """Says, once per process, that a session closed while its search was on: an
+        evaluation's session (an Estimator's) may end before ``ORIGIN_RUNS`` runs looked."""
+        if not self.looking_for_origin():
+            return
+        looked, self._origin_runs = ORIGIN_RUNS - self._origin_runs, 0  # close() may come twice
+        log_once("tfamp_rewrite: a session closed while looking for where the inf/nan said above "
+                 "starts: %s, so nothing was found or ruled out. If float32 gives inf/nan there too "
+                 "(a 0/0 of the model's own), mixed precision did not cause it; tfamp-rewrite doctor, "
+                 "given such an input, names the node (said once)"
+                 % ("%d of its later runs looked and none showed it" % looked if looked
+                    else "none of its later runs computed that node"))
+
     def origin_healed(self) -> None:
         """The session healed the origin found: the next run returning inf/nan looks again."""
         self._search_again = True

@@ -117,6 +117,8 @@ class _RewritingSession:
     def close(self):
         if self._watch is not None and self._watch.monitor is not None:
             self._watch.monitor.close()
+        if self._inference is not None:
+            self._inference.session_closed()
         super().close()
 
     @property
