@@ -85,3 +85,17 @@ def test_summary_has_nvidia_fields_and_tensorflows_log_line():
         assert field in text
     assert "Converted %d/%d nodes to float16 precision" % (report.nodes_converted, report.nodes_total) in text
     assert "MatMul" in text  # per-op-type counts
+
+
+def test_an_infer_chain_after_an_allow_op_names_each_link_as_what_it_is():
+    """The newest pass paints an infer op after an allow op allow, then the infer op after
+    that one: the second's reason does not call the first Add an allow op."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
+        first = tf.add(tf.matmul(x, tf.ones([8, 8]), name="mm"), 1.0, name="first")
+        tf.reduce_sum(tf.add(first, 2.0, name="second"), name="out")
+    report = rewrite_graph_def(graph.as_graph_def(), fetches=["out"], target="cpu", compat="latest").report
+    assert report.decision("first").reason == "infer op directly after allow op 'mm'"
+    assert report.decision("second").reason == ("infer op directly after 'first', an infer op painted "
+                                                "allow the same way")

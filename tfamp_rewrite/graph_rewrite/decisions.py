@@ -131,6 +131,9 @@ class ReportBuilder:
                 return dtype_name(view.vertex_dtype[vertex])
         return ""
 
+    def _allow_listed(self, vertex: Optional[int]) -> bool:
+        return vertex is not None and self.view.ops[self.view.vertex_node[vertex]] in self.lists.allow
+
     def _name(self, vertex: Optional[int]) -> Optional[str]:
         if vertex is None:
             return None
@@ -169,7 +172,9 @@ class ReportBuilder:
             rules.FORCED: "UNSAFE_FORCE_ALL level converts every eligible op",
             rules.BETWEEN_ALLOW: "%s op between allow ops: downstream of %r, upstream of %r" % (
                 category, name, other_name),
-            rules.INFER_AFTER_ALLOW: "infer op directly after allow op %r" % name,
+            rules.INFER_AFTER_ALLOW: (
+                "infer op directly after allow op %r" % name if self._allow_listed(related)
+                else "infer op directly after %r, an infer op painted allow the same way" % name),
             rules.CLEAR_FLOOD: "clear op connected to %s op %r through clear ops" % (word, name),
             rules.GROUP_MATCH: "same data structure as %r, which is %s" % (name, word),
             rules.LOOP_MATCH: "loop back edge matches Merge %r, which is %s" % (name, word),
