@@ -1,4 +1,4 @@
-"""Where the inf/nan of an inference run starts (non_finite_origin.py, inference_watch.py).
+"""Where the inf/nan of an inference run starts (non_finite_origin.py, origin_search.py).
 
 The first inference run returning inf/nan is said at once, naming the fetched tensor; the
 next runs look for the origin and name the node to keep float32 -- which is not the fetched
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfamp_rewrite.training import inference_watch
+from tfamp_rewrite.training import origin_search
 from tfamp_rewrite.training.session import Session
 
 tf1 = tf.compat.v1
@@ -121,13 +121,13 @@ def test_runs_that_show_no_inf_stop_the_search_after_a_few(caplog):
             session.run("out:0", {"x:0": np.full([2, 4], 300.0, np.float32)})
             watch = session._inference  # pylint: disable=protected-access
             element = session._shadow.private_fetch("out:0")  # pylint: disable=protected-access
-            for _ in range(inference_watch.ORIGIN_RUNS):
+            for _ in range(origin_search.ORIGIN_RUNS):
                 assert watch.hidden_fetches([element]) is not None
                 session.run("out:0", {"x:0": np.ones([2, 4], np.float32)})
             assert watch.hidden_fetches([element]) is None
     assert origin_lines(caplog) == []
     (ended,) = [r.getMessage() for r in caplog.records if "has ended" in r.getMessage()]
-    assert "%d later runs found none in the float16 nodes" % inference_watch.ORIGIN_RUNS in ended
+    assert "%d later runs found none in the float16 nodes" % origin_search.ORIGIN_RUNS in ended
 
 
 def test_an_inf_that_float32_makes_is_said_to_start_outside_float16(caplog):

@@ -118,7 +118,7 @@ class _RewritingSession:
         if self._watch is not None and self._watch.monitor is not None:
             self._watch.monitor.close()
         if self._inference is not None:
-            self._inference.session_closed()
+            self._inference.search.session_closed()
         super().close()
 
     @property
@@ -290,9 +290,10 @@ class _RewritingSession:
         """Heals where an origin search ``found`` an inf/nan to start: ``(origin, nodes to
         keep float32)`` (StepWatch.heal_origin)."""
         origin, keep = found
-        if self._watch.heal_origin(keep, origin.tensor, origin.op, why, self._inference.list_edit(keep),
+        search = self._inference.search
+        if self._watch.heal_origin(keep, origin.tensor, origin.op, why, search.list_edit(keep),
                                    self._run_private if restart_scale else None):
-            self._inference.origin_healed()
+            search.healed()
 
     def _run_private(self, fetches):
         """Runs private-graph ``fetches`` with no feeds (the step watch's own runs)."""

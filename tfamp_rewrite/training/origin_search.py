@@ -1,0 +1,217 @@
+"""Where an inf/nan a session said starts, and what keeping it float32 takes.
+
+Once an inf/nan is said (inference_watch.py), ``start`` opens a search: the next runs that
+compute the node it was said of (at most ``ORIGIN_RUNS``; runs that never compute it -- a
+training loop after a feature extractor fetched once -- neither find nor rule it out) each
+fetch whether the tensors of their half region hold inf/nan (``plan``, non_finite_origin.py;
+a training run its forward pass only: a skipped step's gradients are the loss scale's),
+and the first run that shows one names where it starts, with the edit that keeps it
+float32 (``after_run``).  What to keep:
+
+    the origin's own nodes (a half node that overflowed, or the half readers of a float32
+      value past the half range), and those of every other origin independent of it
+    the converted nodes its value reaches in half through ones that pass its size on
+      (half_readers.py: a -1e9 mask subtracted, then concatenated)
+    for a TF1 while loop's Exit, the loop's converted nodes (while_loops.py): its tensors
+      cannot be fetched, so its inf/nan is first seen leaving it
+
+After a heal (``healed``) a run that returns inf/nan again starts the search again
+(``again_if_non_finite``); the session's heal limit bounds the rounds.  A search that
+finds nothing in ``ORIGIN_RUNS`` runs says so, and so does a session closed mid-search.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+from ..doctor.fixes import fix_for
+from ..doctor.probes import HalfNode
+from .devices import log_once
+from .half_readers import half_readers
+from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
+from .shadow_graph import ancestors, has_operation
+from .twins import twin_nodes
+from .while_loops import while_loops
+
+ORIGIN_RUNS = 8  # runs that look for the origin, once inf/nan was said
+
+
+class OriginSearch:
+    """One rewriting session's search for where the inf/nan it said starts."""
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self._in_inference = NonFiniteOrigin(shadow)
+        self._in_training = NonFiniteOrigin(shadow, forward_only=True)
+        self._runs_left = 0              # runs left to look
+        self._again_after_heal = False   # healed: a run returning inf/nan again starts again
+        self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
+        self._computes_said: Dict[tuple, bool] = {}  # (generation, node, run) -> computes it
+
+    def start(self, said) -> None:
+        """Opens a search for the inf/nan said of ``said``: a fetch, a name, a ``Hidden``
+        entry, or None (not known: every run looks)."""
+        name = getattr(said, "tensor", None) or getattr(said, "name", said)
+        self._said_node = name.split(":")[0] if isinstance(name, str) and name else None
+        self._runs_left = ORIGIN_RUNS
+
+    def active(self) -> bool:
+        """Whether runs are to look: inf/nan was said, its origin was not, and fewer than
+        ``ORIGIN_RUNS`` runs that compute its node looked."""
+        return self._runs_left > 0
+
+    def plan(self, elements, fed=(), training: bool = False):
+        """What a run of ``elements`` (private graph) fetches to look, or None: the search is
+        off, or the run does not compute the node said."""
+        if not self.active() or not self._computes_said_node(elements, fed):
+            return None
+        return (self._in_training if training else self._in_inference).fetches(elements, fed)
+
+    def healed(self) -> None:
+        """The session healed the origin found: the next run returning inf/nan looks again."""
+        self._again_after_heal = True
+
+    def waits_after_heal(self) -> bool:
+        """Whether a heal asks the next run's values to be looked at (``again_if_non_finite``);
+        otherwise a run after something was said costs nothing more."""
+        return self._again_after_heal
+
+    def again_if_non_finite(self, found) -> None:
+        """After a heal, a run (inferring or training) that returns inf/nan again (``found``:
+        the fetch holding it, or None) starts the search again, unsaid."""
+        if found is not None and self._again_after_heal:
+            self._again_after_heal = False
+            self.start(found)
+
+    def session_closed(self) -> None:
+        """Says, once per process, that a session closed while its search was on: an
+        evaluation's session (an Estimator's) may end before ``ORIGIN_RUNS`` runs looked."""
+        if not self.active():
+            return
+        looked, self._runs_left = ORIGIN_RUNS - self._runs_left, 0  # close() may come twice
+        log_once("tfamp_rewrite: a session closed while looking for where the inf/nan said above "
+                 "starts: %s, so nothing was found or ruled out. If float32 gives inf/nan there too "
+                 "(a 0/0 of the model's own), mixed precision did not cause it; tfamp-rewrite doctor, "
+                 "given such an input, names the node (said once)"
+                 % ("%d of its later runs looked and none showed it" % looked if looked
+                    else "none of its later runs computed that node"))
+
+    def _computes_said_node(self, elements, fed=()) -> bool:
+        """Whether a run of ``elements`` (private graph) computes the node whose inf/nan was
+        said (True when that is not known): only such runs look for its origin, and count
+        towards the ``ORIGIN_RUNS`` the search lasts -- a training loop that never computes
+        a feature extractor fetched once neither finds nor rules out its overflow."""
+        if self._said_node is None:
+            return True
+        names = tuple(getattr(e, "name", str(e)) for e in elements)
+        key = (self.shadow.private_name(""), self._said_node, names, tuple(sorted(t.name for t in fed)))
+        known = self._computes_said.get(key)
+        if known is None:
+            private = self.shadow.private_name(self._said_node)
+            known = self._computes_said[key] = any(
+                op.name == private for op in ancestors(elements, {t.name for t in fed}))
+        return known
+
+    def after_run(self, plan, statuses, returned_non_finite: bool
+                  ) -> Optional[Tuple[Origin, List[str]]]:
+        """Says where the inf/nan starts if this run (fetching ``plan``) shows it, and returns
+        that origin and the nodes to keep float32 -- its own and those of every other origin
+        independent of it -- when keeping them would avoid it; a run that returned inf/nan
+        (``returned_non_finite``) while its half region held none says float16 did not."""
+        if statuses is None or self._runs_left <= 0:
+            return None
+        origin = NonFiniteOrigin.first(plan.entries, statuses)
+        if origin is None and returned_non_finite:
+            self._runs_left = 0
+            log_once("tfamp_rewrite: the inf/nan said above does not start in the %s nodes: a later "
+                     "run returned inf/nan while none of them, nor any value they read, held any. It "
+                     "comes from float32 nodes -- which the %s nodes' rounding may still have led "
+                     "there: a variance computed from them that comes out negative, then a sqrt -- "
+                     "or from a variable an earlier run made inf/nan (a tf.metrics total that "
+                     "summed a skipped step's NaN loss, until its local variables are reset) (said "
+                     "once)" % (self.shadow.dtype, self.shadow.dtype))
+            return None
+        if origin is None:
+            self._runs_left -= 1
+            if self._runs_left == 0:
+                log_once("tfamp_rewrite: the search for where the inf/nan said above starts has "
+                         "ended: %d later runs found none in the %s nodes nor in the values they "
+                         "read. It did not recur (an input out of range once), or it starts in "
+                         "float32 nodes; tfamp-rewrite doctor, given such an input, names the node "
+                         "(said once)" % (ORIGIN_RUNS, self.shadow.dtype))
+            return None
+        self._runs_left = 0
+        keep = origin.nodes_to_keep()
+        if not keep:
+            log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside %s: %s %r "
+                     "holds it before any %s node reads it, so mixed precision did not cause it "
+                     "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
+                                      else "the float32 value", origin.tensor, self.shadow.dtype))
+            return None
+        loop = self._loop_left_by(origin)
+        if loop is not None:
+            frame, keep = loop
+            where = ("it starts inside while loop %r, whose values cannot be looked at, and %r "
+                     "carries it out: its %d %s node(s) are to keep" % (
+                         frame, origin.node, len(keep), self.shadow.dtype))
+        elif origin.kind == ADDED and not origin.source_half:
+            where = ("the float32 value of %r (%s) does not fit %s where %s read%s it" % (
+                origin.node, origin.op, self.shadow.dtype, ", ".join(repr(n) for n in keep[:4]),
+                "s" if len(keep) == 1 else ""))
+        else:
+            where = "%r (%s) is the first %s node computing inf/nan" % (
+                origin.node, origin.op, self.shadow.dtype)
+        others = [each for each in NonFiniteOrigin.independent(plan.entries, statuses)
+                  if each is not origin and each.nodes_to_keep()]
+        keep = self._with_half_readers(origin, keep)
+        for each in others:
+            keep = keep + [name for name in self._with_half_readers(each, each.nodes_to_keep())
+                           if name not in keep]
+        if others:
+            where += ", and %d more start%s on %s own: %s" % (
+                len(others), "s" if len(others) == 1 else "", "its" if len(others) == 1 else "their",
+                ", ".join("%r (%s)" % (each.node, each.op) for each in others[:4])
+                + (", ..." if len(others) > 4 else ""))
+        twins = twin_nodes(self.shadow.user_graph, keep, self.shadow.converted_now())
+        log_once("tfamp_rewrite: found where the inf/nan starts (a later run of the rewritten "
+                 "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
+                     where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
+                     ["^%s$" % re.escape(name) for name in keep + twins]))
+        return origin, keep
+
+    def _loop_left_by(self, origin: Origin) -> Optional[Tuple[str, List[str]]]:
+        """(frame, its converted nodes) when ``origin`` is the Exit of a TF1 while loop with
+        converted nodes: the inf/nan started inside, where no tensor can be fetched."""
+        if origin.op not in ("Exit", "RefExit"):
+            return None
+        graph_def = self.shadow.user_graph.as_graph_def()
+        readers: Dict[str, List[str]] = {}
+        for node in graph_def.node:
+            for text in node.input:
+                if not text.startswith("^"):
+                    readers.setdefault(text.split(":")[0], []).append(node.name)
+        loop = while_loops(graph_def, readers).get(origin.node)
+        converted = self.shadow.converted_now()
+        half = [name for name in (loop[1] if loop else ()) if name in converted]
+        return (loop[0], half) if half else None
+
+    def _with_half_readers(self, origin: Origin, keep: List[str]) -> List[str]:
+        """``keep`` (``origin``'s nodes to keep float32) and the converted nodes its value
+        would reach in half once they are float32 (half_readers.py)."""
+        decisions = {d.name: d for report in self.shadow.reports for d in report.decisions}
+        graph = self.shadow.user_graph
+
+        def readers(name):
+            if not has_operation(graph, name):
+                return ()
+            return [reader.name for output in graph.get_operation_by_name(name).outputs
+                    for reader in output.consumers()]
+
+        return half_readers(origin.node, [n for n in keep if n in decisions], decisions, readers) + \
+            [n for n in keep if n not in decisions]
+
+    def list_edit(self, names) -> str:
+        """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
+        decisions = {d.name: d for report in self.shadow.reports for d in report.decisions
+                     if d.name in names}
+        return fix_for([HalfNode(n, decisions[n].op, decisions[n].category) for n in names]).env
