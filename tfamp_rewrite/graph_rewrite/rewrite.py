@@ -284,17 +284,23 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def _preserved(known, names: Iterable, role: str, reason: str) -> Dict[str, str]:
-    """``{node name: reason}`` for fetches / feeds / exclusions, validated against ``known``."""
+def _texts(names: Iterable, role: str):
+    """Each of ``names`` (one name, or several: strings, bytes, tensors or operations) as text."""
     if isinstance(names, (str, bytes)) or hasattr(names, "name"):
         names = [names]
-    result = {}
     for item in names:
         text = getattr(item, "name", item)
         if isinstance(text, bytes):
             text = text.decode()
         if not isinstance(text, str):
             raise ValueError("%ss must be node or tensor names; got %r" % (role, item))
+        yield text
+
+
+def _preserved(known, names: Iterable, role: str, reason: str) -> Dict[str, str]:
+    """``{node name: reason}`` for fetches / feeds, validated against ``known``."""
+    result = {}
+    for text in _texts(names, role):
         node, _ = parse_input(text)
         if node not in known:
             raise ValueError("%s %r is not a node of the graph; pass node or tensor names such "
@@ -310,15 +316,8 @@ def _excluded_nodes(known, items: Iterable) -> list:
     """The nodes ``nodes_to_exclude`` names: node or tensor names, or regular expressions
     matched from the start of node names (as ``tfamp-rewrite convert --nodes-to-exclude``
     and the session's log lines give them, ``'^dense/MatMul$'``)."""
-    if isinstance(items, (str, bytes)) or hasattr(items, "name"):
-        items = [items]
     names = []
-    for item in items:
-        text = getattr(item, "name", item)
-        if isinstance(text, bytes):
-            text = text.decode()
-        if not isinstance(text, str):
-            raise ValueError("nodes to exclude must be node or tensor names or patterns; got %r" % (item,))
+    for text in _texts(items, "node to exclude"):
         tensor = _TENSOR_NAME.fullmatch(text)
         if text in known or (tensor is not None and tensor.group(1) in known):
             names.append(text if text in known else tensor.group(1))

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Tuple
 
-from .run_plans import HIDDEN, Plan, RunPlans, computed_by, packed_non_finite
+from .run_plans import HIDDEN, Plan, RunPlans, computed_by, in_backward_pass, packed_non_finite
 from .shadow_graph import reachable
-from .unscaled_training import GRADIENT_SCOPE
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
 # type to another (_hidden_inputs).
@@ -54,7 +53,7 @@ class HiddenNonFinite:
         return self._plans.get(elements, fed)
 
     def _in_backward_pass(self, op) -> bool:
-        return self.forward_only and bool(GRADIENT_SCOPE.search(self.shadow.user_name(op.name)))
+        return self.forward_only and in_backward_pass(self.shadow, op)
 
     def _plan(self, elements, fed):
         fed_names = {t.name for t in fed}

@@ -29,9 +29,8 @@ import tensorflow as tf
 
 from ..graph_rewrite.control_flow import producers_first, tf_graph_inputs
 from ..graph_rewrite.emulation import VALUE_PRESERVING_OPS
-from .run_plans import ORIGIN, Plan, RunPlans, computed_by, packed_non_finite
+from .run_plans import ORIGIN, Plan, RunPlans, computed_by, in_backward_pass, packed_non_finite
 from .shadow_graph import has_operation
-from .unscaled_training import GRADIENT_SCOPE
 
 _SCOPE = "tfamp_non_finite_origin"
 HALF, ADDED, FLOAT32, FED = "half", "added", "float32", "fed"
@@ -92,7 +91,7 @@ class NonFiniteOrigin:
         user_graph, user = self.shadow.user_graph, self.shadow.user_name
         order = [operations[i] for i in producers_first(*tf_graph_inputs(operations))
                  if operations[i] not in inside
-                 and not (self.forward_only and GRADIENT_SCOPE.search(user(operations[i].name)))]
+                 and not (self.forward_only and in_backward_pass(self.shadow, operations[i]))]
         half = {op for op in order if self.shadow.computes_in_half(op)}
         added = {op for op in order if not has_operation(user_graph, user(op.name))}
         if not half:

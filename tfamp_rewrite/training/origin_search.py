@@ -184,13 +184,7 @@ class OriginSearch:
         converted nodes: the inf/nan started inside, where no tensor can be fetched."""
         if origin.op not in ("Exit", "RefExit"):
             return None
-        graph_def = self.shadow.user_graph.as_graph_def()
-        readers: Dict[str, List[str]] = {}
-        for node in graph_def.node:
-            for text in node.input:
-                if not text.startswith("^"):
-                    readers.setdefault(text.split(":")[0], []).append(node.name)
-        loop = while_loops(graph_def, readers).get(origin.node)
+        loop = while_loops(self.shadow.user_graph.as_graph_def()).get(origin.node)
         converted = self.shadow.converted_now()
         half = [name for name in (loop[1] if loop else ()) if name in converted]
         return (loop[0], half) if half else None

@@ -8,7 +8,8 @@ forgets them when a heal imports a new generation (new names);
 computes, and which of them lie inside TF1 control flow (their tensors cannot be fetched);
 ``packed_non_finite(graph, tensors, scope)`` is the one fetch both make: whether each tensor
 holds inf/nan, as one bool vector; a ``Plan`` is what a watch planned: its kind, an entry
-per tensor, and that vector.
+per tensor, and that vector.  In a training run both leave the backward pass out
+(``in_backward_pass``): its inf/nan is the loss scale's concern.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
 from .shadow_graph import ancestors
+from .unscaled_training import GRADIENT_SCOPE
 
 HIDDEN, ORIGIN = "hidden", "origin"  # Plan kinds: hidden_non_finite.py, non_finite_origin.py
 
@@ -70,3 +72,8 @@ def packed_non_finite(graph, tensors: Sequence, scope: str) -> tf.Tensor:
                 values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
                 statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
         return tf.stack(statuses)
+
+
+def in_backward_pass(shadow, op) -> bool:
+    """Whether private-graph ``op`` belongs to a backward pass (``gradients/`` scopes)."""
+    return bool(GRADIENT_SCOPE.search(shadow.user_name(op.name)))

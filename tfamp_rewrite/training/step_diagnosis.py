@@ -174,9 +174,8 @@ class StepDiagnosis:
             return None
         if not out_of_range:
             return None
-        unscaled_beyond = bool(np.isfinite(largest)) and largest / scale > self.limits.max_finite
-        if probe.role != FORWARD and not at_floor and not unscaled_beyond:
-            return None  # a gradient that may fit once the scale is lower
+        if self._scale_may_fit(probe, largest, scale, at_floor):
+            return None
         if boundary is not None:
             held_by = "%s, upstream of float32 %r (%s), which turns inf/nan" % (
                 _names(probe.half_nodes), boundary.node, boundary.op)
@@ -189,6 +188,12 @@ class StepDiagnosis:
             probe = self._with_half_readers(probe)
         return self._culprit(probe, largest, held_by, presumed=boundary is not None)
 
+    def _scale_may_fit(self, probe: Probe, largest: float, scale: float, at_floor: bool) -> bool:
+        """A gradient that may fit once the scale is lower: not a culprit yet (a forward
+        value is one whatever the scale; a gradient at the floor, or beyond even unscaled)."""
+        unscaled_beyond = bool(np.isfinite(largest)) and largest / scale > self.limits.max_finite
+        return probe.role != FORWARD and not at_floor and not unscaled_beyond
+
     def _loop_culprit(self, probe: Probe, largest: float, scale: float, at_floor: bool
                       ) -> Optional[Culprit]:
         """A value leaving a while loop (its Exit) out of range: it started inside the loop,
@@ -199,8 +204,7 @@ class StepDiagnosis:
         half = [n for n in members if n in self._converted]
         if not half:
             return None  # float32 all the way: no half tensor's doing
-        unscaled_beyond = bool(np.isfinite(largest)) and largest / scale > self.limits.max_finite
-        if probe.role != FORWARD and not at_floor and not unscaled_beyond:
+        if self._scale_may_fit(probe, largest, scale, at_floor):
             return None
         some = _names([self._half_node(n) for n in half[:3]]) + (", ..." if len(half) > 3 else "")
         held_by = ("the %d converted node(s) of while loop %r (%s), whose values cannot be probed "

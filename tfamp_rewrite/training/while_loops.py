@@ -8,16 +8,24 @@ Exit, then the Switch, then the Merge.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 _ENTER_OPS = frozenset({"Enter", "RefEnter"})
 _EXIT_OPS = frozenset({"Exit", "RefExit"})
 
 
-def while_loops(user_def, readers: Dict[str, List[str]]) -> Dict[str, Tuple[str, List[str]]]:
+def while_loops(user_def, readers: Optional[Dict[str, List[str]]] = None
+                ) -> Dict[str, Tuple[str, List[str]]]:
     """``{Exit node: (frame name, the nodes of its loop, nested loops' included)}`` for each
     TF1 while loop of ``user_def`` (a GraphDef; ``readers``: node -> the nodes reading its
-    outputs): the nodes reached from the loop's Enter nodes before its Exits."""
+    outputs, made from it when not given): the nodes reached from the loop's Enter nodes
+    before its Exits."""
+    if readers is None:
+        readers = {}
+        for node in user_def.node:
+            for text in node.input:
+                if not text.startswith("^"):
+                    readers.setdefault(text.split(":")[0], []).append(node.name)
     ops = {node.name: node.op for node in user_def.node}
     frames: Dict[str, List[str]] = {}
     for node in user_def.node:
