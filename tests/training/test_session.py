@@ -116,6 +116,27 @@ def test_fetch_structures_names_and_ops(cpu_target):
     assert all(np.isinf(v).all() and v.dtype == np.float32 for v in out["list"] + [out["pair"].first])
 
 
+def test_repeated_runs_keep_their_fetch_structures_and_feed_values(cpu_target):
+    """A run repeating the same fetches and feed keys is mapped once (the per-run overhead):
+    a tuple and a list of the same tensors still come back as a tuple and a list, each run
+    takes its own fed values, and nested feed keys still pair with nested values."""
+    graph = probe_graph()
+    with graph.as_default():
+        x = graph.get_tensor_by_name("x:0")
+        y = tf1.placeholder(tf.float32, [1, 4], name="y")
+        total = tf.reduce_sum(x + y, name="total")
+    with Session(graph=graph) as session:
+        for scale in (1.0, 2.0):
+            feed = {x: np.full([1, 4], scale, np.float32), "y:0": np.ones([1, 4], np.float32)}
+            as_tuple, as_list = session.run((total, "total:0"), feed), session.run([total, "total:0"], feed)
+            assert isinstance(as_tuple, tuple) and isinstance(as_list, list)
+            assert as_tuple[0] == as_list[1] == 4 * (scale + 1)
+        for scale in (1.0, 3.0):
+            pair = (np.full([1, 4], scale, np.float32), np.ones([1, 4], np.float32))
+            nested = session.run(total, {(x, y): pair})
+            assert nested == 4 * (scale + 1)
+
+
 def test_fetch_dicts_keyed_by_arbitrary_objects(cpu_target):
     """MonitoredSession keys its fetches by hook objects, which cannot be sorted."""
     graph = probe_graph()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import asdict
+from typing import List, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -71,6 +72,7 @@ class _RewritingSession:
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
         self._checkpoints = CheckpointRuns()
+        self._mapped_runs = {}  # _run_key -> (shadow generation, _MappedRun)
         heals = self._watch is not None and self._watch.auto_fix
         self._inference = InferenceWatch(self._shadow, heals) if self._shadow is not None else None
         run_graph = self._shadow.graph if self._shadow is not None else self._user_graph
@@ -158,6 +160,36 @@ class _RewritingSession:
         self._shadow.sync()
         self._unscaled.graph_changed(self._user_graph, self._shadow.dtype, self._shadow.converted_now)
 
+    def _mapped_run(self, fetches, feed_dict) -> "_MappedRun":
+        """What ``fetches`` and ``feed_dict``'s keys map to, memoised for a run that repeats
+        them (the same leaf, or list or tuple of leaves, and the same keys) -- the common
+        case, where a run's Python work is all its overhead."""
+        key = _run_key(fetches, feed_dict)
+        generation = self._shadow.generation
+        found = self._mapped_runs.get(key) if key is not None else None
+        if found is not None and found[0] == generation:
+            return found[1]
+        mapped = self._map_fetches(fetches)
+        feed_keys = None
+        if feed_dict and not any(isinstance(k, (tuple, list)) for k in feed_dict):
+            feed_keys = self._shadow.private_feeds(list(feed_dict))
+        fed = _fed_tensors(feed_keys if feed_keys is not None else self._map_feeds(feed_dict))
+        entry = _MappedRun(mapped, fetch_elements(mapped), feed_keys, fed,
+                           any(t.dtype == tf.string for t in fed))
+        if key is not None:
+            if len(self._mapped_runs) >= _MAPPED_RUNS_KEPT:
+                self._mapped_runs.clear()
+            self._mapped_runs[key] = (generation, entry)
+        return entry
+
+    def _fed_values(self, mapped_run: "_MappedRun", feed_dict):
+        """``feed_dict`` on the private graph (``_map_feeds``), by ``mapped_run``'s keys."""
+        if mapped_run.feed_keys is None:
+            return self._map_feeds(feed_dict)
+        fed_value = self._shadow.fed_value
+        return {private: fed_value(private, value)
+                for private, value in zip(mapped_run.feed_keys, feed_dict.values())}
+
     def _map_fetches(self, fetches):
         return map_fetch_structure(fetches, self._shadow.private_fetch)
 
@@ -200,8 +232,9 @@ class _RewritingSession:
             raise RuntimeError("The Session graph is empty. Add operations to the graph before "
                                "calling run().")
         self._sync()
-        mapped, feeds = self._map_fetches(fetches), self._map_feeds(feed_dict)
-        elements, fed = fetch_elements(mapped), _fed_tensors(feeds)
+        run = self._mapped_run(fetches, feed_dict)
+        mapped, elements, fed = run.fetches, run.elements, run.fed
+        feeds = self._fed_values(run, feed_dict)
         self._unscaled.before_run(elements)
         steps_before = step_watch.step_runs_so_far()  # a run with unwatched steps counts at once
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
@@ -211,7 +244,7 @@ class _RewritingSession:
             hidden = None if steps_unseen else self._inference.hidden_fetches(elements, fed)
         else:  # a training run: what its forward pass hides, or the origin search
             hidden = self._inference.step_run_fetches(elements, fed)
-        checkpoint = self._checkpoints.checkpoint_run(elements, feeds) if fed else None
+        checkpoint = self._checkpoints.checkpoint_run(elements, feeds) if run.fed_strings else None
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values)
@@ -421,6 +454,31 @@ class _RewritingSession:
 def _replace(repeated_field, values) -> None:
     del repeated_field[:]
     repeated_field.extend(values)
+
+
+class _MappedRun(NamedTuple):
+    """A run's fetches and feed keys on the private graph."""
+    fetches: object                 # the mapped fetch structure
+    elements: list                  # its tensors and operations
+    feed_keys: Optional[List]       # the private feed keys in feed_dict's order; None: nested keys
+    fed: list                       # the fed tensors
+    fed_strings: bool               # whether a string is fed (a Saver's checkpoint prefix may be)
+
+
+_MAPPED_RUNS_KEPT = 256  # a program fetching new things every run does not grow the memo
+_FETCH_LEAVES = (str, tf.Tensor, tf.Operation)
+
+
+def _run_key(fetches, feed_dict):
+    """A hashable key for a run of ``fetches`` fed ``feed_dict``: None unless the fetches
+    are one leaf or a plain list or tuple of them."""
+    if isinstance(fetches, _FETCH_LEAVES):
+        fetch_key = fetches
+    elif type(fetches) in (list, tuple) and all(isinstance(f, _FETCH_LEAVES) for f in fetches):
+        fetch_key = (type(fetches),) + tuple(fetches)
+    else:
+        return None
+    return fetch_key, tuple(feed_dict) if feed_dict else ()
 
 
 def _fed_tensors(feeds):

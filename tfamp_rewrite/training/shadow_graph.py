@@ -89,6 +89,8 @@ class ShadowGraph:
     # -- keeping in step --------------------------------------------------------------
     def sync(self) -> None:
         """Imports whatever the user graph gained since the last call (rewritten)."""
+        if self.user_graph.version == self._version:  # every run asks: no lock for "no"
+            return
         with self._lock:
             version = self.user_graph.version
             if version == self._version:
@@ -251,6 +253,12 @@ class ShadowGraph:
         self._feeds.clear()
         self._fetch_casts.clear()
         self._round_when_fed.clear()
+
+    @property
+    def generation(self) -> int:
+        """How many times the private graph was imported anew (a heal): mappings made
+        before a change of it name the old generation's nodes."""
+        return self._generation
 
     def private_name(self, name: str) -> str:
         """The private graph's name for the user graph's node or tensor ``name``."""

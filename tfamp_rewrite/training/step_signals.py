@@ -41,6 +41,11 @@ def register(graph, signal: StepSignal) -> None:
         _registry.setdefault(graph, []).append(signal)
 
 
+def has_step_signals(graph) -> bool:
+    """Whether ``graph`` has a loss-scaled train op (no lock: its answer only grows)."""
+    return bool(_registry.get(graph))
+
+
 def step_signals(graph) -> List[StepSignal]:
     """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built."""
     with _lock:

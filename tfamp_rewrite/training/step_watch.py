@@ -45,7 +45,7 @@ from .precision_monitor import PrecisionMonitor
 from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, Finding, StepDiagnosis
-from .step_signals import step_signals
+from .step_signals import has_step_signals, step_signals
 from .twins import twin_nodes
 from .unscaled_training import unguarded_writes
 from .variable_check import VariableCheck
@@ -163,10 +163,10 @@ class StepWatch:
         """``(fetches, probe ids)``: what a run of ``elements`` (private graph) fetches besides
         -- the steps it computes (flag and scale each), and on a diagnosed step the probes it
         computes anyway -- or None when it computes no loss-scaled step."""
+        if not has_step_signals(self.shadow.user_graph):  # inference only: nothing to watch
+            return None
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
-            if not signals:  # no loss-scaled step in the graph (inference): nothing to watch
-                return None
             steps = self._step_fetches(signals, elements, fed)
             if not steps:
                 self._note_unwatched(signals, elements, fed)
