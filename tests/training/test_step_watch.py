@@ -505,6 +505,29 @@ def test_outlier_batches_every_other_step_are_diagnosed_and_healed(caplog):
     assert all(applied[-20:])                                # outlier batches apply too
 
 
+def test_with_two_loss_scaled_optimizers_the_skip_line_names_the_step_that_skipped(caplog):
+    """A GAN's two optimizers each have a loss scale: the line says which step skipped by
+    the variables it updates, not by a loss-scale variable's scope."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full([8, 8], 8.0, np.float32))
+        losses, trains = [], []
+        for scope, value in (("generator", 1e-5), ("discriminator", 0.5)):  # only the second overflows
+            with tf1.variable_scope(scope):
+                w = tf1.get_variable("w", initializer=np.full([8, 1], value, np.float32))
+                bias = tf1.get_variable("b", initializer=np.zeros([1], np.float32))
+            losses.append(tf.reduce_sum(tf.square(tf.matmul(x, w) + bias)) / 2.0)
+            opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+            trains.append(opt.minimize(losses[-1], var_list=[w, bias]))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(trains)
+    (said,) = [r.getMessage() for r in caplog.records if "a training step was skipped" in r.getMessage()]
+    assert "(the step updating 'discriminator/w' and 1 more variable)" in said
+
+
 def test_a_scale_that_falls_a_few_steps_is_said_once_at_info_only(caplog):
     parts = overflow_net(input_scale=2.0)   # finite logits; gradients overflow only at the top scales
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):

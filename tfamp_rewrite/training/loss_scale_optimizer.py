@@ -457,7 +457,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         step_signals.register(scale_used.graph, step_signals.StepSignal(
             all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
             should_apply=None if isinstance(should_apply, bool) else should_apply,
-            exported=tuple(exported) if exported else None, computed_by=update_op))
+            exported=tuple(exported) if exported else None, computed_by=update_op,
+            variables=tuple(v.op.name for g, v in grads_and_vars if g is not None)))
 
         # Inside the cond the name scope gains "cond/" (TF1) or starts afresh (a cond_v2
         # branch), and variables the wrapped optimizer creates there (Adam's beta1_power)

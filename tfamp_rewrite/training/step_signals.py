@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 _registry: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -31,6 +31,7 @@ class StepSignal:
     # was not taken -- and ``computed_by``, an op of the step, tells which runs compute it.
     exported: Optional[tuple] = None  # (flag, scale) outside the conds, or None
     computed_by: object = None
+    variables: Tuple[str, ...] = ()  # the names of the variables the step updates
 
 
 NOT_RUN = -1.0  # an exported flag's and scale's value when the step's branch was not taken

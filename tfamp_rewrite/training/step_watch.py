@@ -494,9 +494,10 @@ class StepWatch:
             return
         self._said_skip = True
         which = ""
-        if several:  # two optimizers, two loss scales: say whose step it was
-            scope = signal.loss_scale.variables()[0].op.name.rsplit("/", 1)[0]
-            which = " (the optimizer scaled by '%s')" % scope
+        if several and signal.variables:  # two optimizers, two loss scales: say whose step it was
+            more = len(signal.variables) - 1
+            others = " and %d more variable%s" % (more, "s" if more > 1 else "") if more else ""
+            which = " (the step updating '%s'%s)" % (signal.variables[0], others)
         log_info("tfamp_rewrite: a training step was skipped%s: its gradients were not all finite "
                  "at loss scale %g, so its optimizer applied no update and the scale was lowered; a "
                  "long run of such steps is diagnosed (said once)" % (which, scale))
