@@ -8,6 +8,7 @@ loss scales above 2**5 (the scale's business, not a culprit's).
 """
 import json
 import logging
+import os
 import re
 
 import numpy as np
@@ -615,22 +616,35 @@ def test_a_heal_file_is_written_and_a_new_session_starts_healed(tmp_path, monkey
     assert "this graph holds none of them" in caplog.text
 
 
-@pytest.mark.parametrize("sharded", [False, True], ids=["saver", "sharded_saver"])
+@pytest.mark.parametrize("sharded, remote", [(False, False), (True, False), (False, True)],
+                         ids=["saver", "sharded_saver", "saver_on_a_remote_file_system"])
 def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tmp_path, monkeypatch,
-                                                                           caplog, sharded):
+                                                                           caplog, sharded, remote):
     """An evaluation in another process restores the checkpoint: the heals written beside it
-    keep its overflowing node float32 from its first run; without them that run returns inf."""
+    keep its overflowing node float32 from its first run; without them that run returns inf.
+    Remote: a directory TensorFlow's file systems reach and Python's do not (``ram://``
+    standing in for an Estimator's ``gs://`` model_dir)."""
+    if remote:
+        directory = "ram://tfamp-heals-%s/ckpt" % tmp_path.name
+        try:
+            tf.io.gfile.makedirs(directory)
+        except tf.errors.OpError as error:
+            pytest.skip("this TensorFlow has no ram:// file system to stand in for gs:// (%s)"
+                        % error.message)
+    else:
+        directory = str(tmp_path / "ckpt")
+        os.mkdir(directory)
     parts = overflow_net()
     with parts["graph"].as_default():
         saver = tf1.train.Saver(sharded=sharded)
-    (tmp_path / "ckpt").mkdir()
     with tfamp_rewrite.Session(graph=parts["graph"]) as session:
         session.run(parts["init"])
         train(parts, session, 12)
-        prefix = saver.save(session, str(tmp_path / "ckpt" / "model"), global_step=12)
+        prefix = saver.save(session, directory + "/model", global_step=12)
     assert session.heals
-    beside = tmp_path / "ckpt" / heal_files.HEALS_BESIDE_CHECKPOINTS
-    assert "logits" in json.loads(beside.read_text())["kept_float32"]
+    beside = directory + "/" + heal_files.HEALS_BESIDE_CHECKPOINTS
+    kept = json.loads(tf.io.gfile.GFile(beside).read())["kept_float32"]
+    assert "logits" in kept
 
     def evaluate():
         monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
@@ -648,8 +662,9 @@ def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tm
         logits = evaluate()
     assert np.isfinite(logits).all() and np.abs(logits).max() > 65504  # float32 from the first run
     (line,) = [r.getMessage() for r in caplog.records if "restored a checkpoint" in r.getMessage()]
-    assert "kept %d node(s) float32" % len(json.loads(beside.read_text())["kept_float32"]) in line
-    beside.unlink()
+    assert "kept %d node(s) float32" % len(kept) in line
+    assert not [name for name in tf.io.gfile.listdir(directory) if name.startswith(".tfamp-heals-")]
+    tf.io.gfile.remove(beside)
     assert not np.isfinite(evaluate()).all()  # the proof: without them, float16 overflows
 
 

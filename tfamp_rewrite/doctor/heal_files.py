@@ -5,7 +5,9 @@ written as a new file renamed into place, so a reader never sees half of one.  T
 sessions write it where ``TFAMP_REWRITE_HEAL_FILE`` points and, as ``HEALS_BESIDE_CHECKPOINTS``,
 into the directory of each checkpoint they save (a SavedModel's ``variables/`` too);
 sessions restoring such a checkpoint, and ``tfamp-rewrite convert`` of such a SavedModel
-or MetaGraph, keep the listed nodes float32.
+or MetaGraph, keep the listed nodes float32.  A path with a scheme (``gs://``, ``hdfs://``,
+``s3://``: where Estimators keep their checkpoints) is read and written through
+TensorFlow's file system layer, the way its Saver writes the checkpoint beside it.
 """
 from __future__ import annotations
 
@@ -23,12 +25,26 @@ def beside_checkpoint(prefix: str) -> str:
     return os.path.join(os.path.dirname(prefix) or ".", HEALS_BESIDE_CHECKPOINTS)
 
 
+def heal_file_exists(path: str) -> bool:
+    """Whether a file is at ``path`` (local, or on a file system TensorFlow reaches)."""
+    if not _has_scheme(path):
+        return os.path.exists(path)
+    try:
+        return _gfile().exists(path)
+    except Exception:  # noqa: BLE001 -- TensorFlow's errors for an unreachable file system
+        return False
+
+
 def kept_in(path: str) -> List[str]:
     """The nodes the heal file at ``path`` keeps float32; ValueError (saying why) if it
     cannot be read as one."""
     try:
-        with open(path) as handle:
-            return [str(name) for name in json.load(handle)["kept_float32"]]
+        if _has_scheme(path):
+            text = _remote_call(lambda: _gfile().GFile(path, "r").read())
+        else:
+            with open(path) as handle:
+                text = handle.read()
+        return [str(name) for name in json.loads(text)["kept_float32"]]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(str(error) or type(error).__name__) from None
 
@@ -38,13 +54,57 @@ def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict]) -
     directory, renamed into place.  Raises OSError."""
     # strict JSON: a culprit's largest |x| that was inf/nan is written as null
     heals = [dict(h, max_abs=h["max_abs"] if math.isfinite(h["max_abs"]) else None) for h in heals]
-    data = {"kept_float32": sorted(kept_float32), "heals": heals}
+    text = json.dumps({"kept_float32": sorted(kept_float32), "heals": heals}, indent=1, sort_keys=True) + "\n"
+    if _has_scheme(path):
+        _write_remote(path, text)
+        return
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".tfamp-heals-", dir=directory)
     try:
         with os.fdopen(handle, "w") as output:
-            output.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            output.write(text)
         os.replace(temporary, path)
     except OSError:
         os.unlink(temporary)
         raise
+
+
+def _write_remote(path: str, text: str) -> None:
+    """``write_heal_file``'s new-file-then-rename through TensorFlow's file system layer
+    (on an object store the rename is a copy: readers still see the old file or the new)."""
+    gfile = _gfile()
+    temporary = "%s/.tfamp-heals-%d-%s" % (path.rsplit("/", 1)[0], os.getpid(), os.urandom(4).hex())
+
+    def write():
+        with gfile.GFile(temporary, "w") as output:
+            output.write(text)
+        gfile.rename(temporary, path, overwrite=True)
+
+    try:
+        _remote_call(write)
+    except OSError:
+        try:
+            gfile.remove(temporary)
+        except Exception:  # noqa: BLE001 -- never written, or the file system is gone
+            pass
+        raise
+
+
+def _has_scheme(path: str) -> bool:
+    return "://" in path
+
+
+def _gfile():
+    import tensorflow as tf  # only for a path with a scheme: local heal files need no TensorFlow
+
+    return tf.io.gfile
+
+
+def _remote_call(function):
+    """``function()``, TensorFlow's file errors raised as OSError (as local files raise them)."""
+    import tensorflow as tf
+
+    try:
+        return function()
+    except tf.errors.OpError as error:
+        raise OSError(error.message) from None

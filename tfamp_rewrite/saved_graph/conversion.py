@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from ..doctor.heal_files import beside_checkpoint, kept_in
+from ..doctor.heal_files import beside_checkpoint, heal_file_exists, kept_in
 from ..errors import ConversionError, GraphRewriteError
 from ..graph_rewrite.op_lists import builtin_lists, close_op_types
 from ..graph_rewrite.report import RewriteReport
@@ -162,7 +162,7 @@ def healed_in_training(saved: SavedGraph) -> Dict[str, str]:
         path = beside_checkpoint(saved.graph_file)
     else:
         return {}
-    if not os.path.exists(path):
+    if not heal_file_exists(path):
         return {}
     try:
         listed = set(kept_in(path))

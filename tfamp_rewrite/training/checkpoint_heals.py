@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..doctor.heal_files import beside_checkpoint, kept_in, write_heal_file
+from ..doctor.heal_files import beside_checkpoint, heal_file_exists, kept_in, write_heal_file
 from .devices import log_once
 from .heal_memory import HEAL_FILE_ENV
 from .shadow_graph import has_operation
@@ -88,7 +88,7 @@ def kept_beside(prefix: str, graph) -> List[str]:
     """Before a restore of checkpoint ``prefix`` into a session on ``graph``: the nodes the
     heals beside it keep float32 that ``graph`` holds (none without such a file)."""
     path = beside_checkpoint(prefix)
-    if not os.path.exists(path):
+    if not heal_file_exists(path):
         return []
     try:
         listed = kept_in(path)

@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Dict, List, Optional
 
-from ..doctor.heal_files import kept_in
+from ..doctor.heal_files import heal_file_exists, kept_in
 
 HEAL_FILE_ENV = "TFAMP_REWRITE_HEAL_FILE"
 
@@ -51,7 +51,7 @@ def read_heal_file(environ=None) -> List[str]:
     """The nodes a previous run kept float32 (``$TFAMP_REWRITE_HEAL_FILE``), or none."""
     environ = os.environ if environ is None else environ
     path = environ.get(HEAL_FILE_ENV, "").strip()
-    if not path or not os.path.exists(path):
+    if not path or not heal_file_exists(path):
         return []
     try:
         return kept_in(path)
