@@ -29,6 +29,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
+from tensorflow.python.ops import gen_math_ops
 
 from .limits import HalfLimits
 from .probes import Probe
@@ -155,12 +156,16 @@ def _template(dtype: int, largest: float) -> _Template:
 
 
 def _tensor_stats(tensor: tf.Tensor, largest: float) -> Tuple[tf.Tensor, tf.Tensor]:
+    # Few ops, and none that constant folding can turn into a tensor-sized constant (a Fill
+    # of a known shape would be): the first run of a graph holding thousands of probes is
+    # spent mostly in Grappler, in proportion to their nodes.
     values = tf1.abs(tf1.reshape(tensor, [-1]))
-    exponents = tf1.bitwise.bitwise_and(tf1.bitwise.right_shift(tf1.bitcast(values, tf.int32), 23), 255)
+    exponents = tf1.bitwise.right_shift(tf1.bitcast(values, tf.int32), 23)  # no sign bit: 0..255
     zero = tf1.equal(values, 0.0)
-    bins = tf1.where(zero, tf1.fill(tf1.shape(exponents), ZERO_BIN), exponents)
-    histogram = tf1.math.bincount(bins, minlength=ZERO_BIN + 1, maxlength=ZERO_BIN + 1)
-    overflow = tf1.cast(tf1.count_nonzero(tf1.greater(values, largest)), tf.int32)
-    counts = tf1.concat([histogram, tf1.reshape(overflow, [1])], 0)
-    smallest = tf1.reduce_min(tf1.where(zero, tf1.fill(tf1.shape(values), np.float32(np.inf)), values))
+    bins = tf1.where_v2(zero, ZERO_BIN, exponents)
+    # the op itself: tf.math.bincount adds eight ops to size its output, known here
+    histogram = gen_math_ops.bincount(bins, ZERO_BIN + 1, tf1.constant([], tf.int32))
+    overflow = tf1.reduce_sum(tf1.cast(tf1.greater(values, largest), tf.int32), keepdims=True)
+    counts = tf1.concat([histogram, overflow], 0)
+    smallest = tf1.reduce_min(tf1.where_v2(zero, np.float32(np.inf), values))
     return counts, tf1.stack([tf1.reduce_max(values), smallest])
