@@ -1176,6 +1176,45 @@ def test_an_overflow_inside_a_while_loop_heals_the_loop_not_its_exit(caplog, fet
     assert "'while/Exit_1'" in said and "cannot be" in said
 
 
+def test_a_weight_gradient_summed_out_of_a_backward_loop_heals_that_loop(caplog):
+    """An LSTM's Gaussian likelihood of raw loads (about 3000): inside the backward while
+    loop each time step's kernel-gradient MatMul overflows half at any loss scale, summed in
+    float32 and carried out by an Exit nothing probes, into the float32 unscale op.  The
+    heal keeps the backward loop's converted nodes float32 -- not the nearest half node
+    upstream of the unscale op, a finite gradient of another layer, which healed nothing
+    and left every later step skipped."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [16, 12, 1], name="x")
+        y = tf1.placeholder(tf.float32, [16, 12, 1], name="y")
+        h, _ = tf1.nn.dynamic_rnn(tf1.nn.rnn_cell.LSTMCell(8), x, dtype=tf.float32)
+        mu = tf1.layers.dense(h, 1, name="mu")
+        sigma = tf.nn.softplus(tf1.layers.dense(h, 1, name="sigma")) + 1e-6
+        loss = tf.reduce_mean(tf.math.log(sigma) + 0.5 * tf.square((y - mu) / sigma))
+        train_op = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(3e-3), "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+    rng = np.random.default_rng(0)
+    loads = rng.random((16, 12, 1)).astype(np.float32) * 3000
+    feed = {x: loads, y: 3000 + 0.1 * loads}
+    # one thread: sums in one order, so each run finds the culprits in the same order
+    config = tf1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph, config=config) as session:
+            session.run(init)
+            losses = [session.run([train_op, loss], feed)[1] for _ in range(60)]
+            heals = session.heals
+    loop_heals = [h for h in heals if any(n.startswith("gradients/rnn/while/") for n in h.nodes)]
+    assert loop_heals and "gradients/rnn/while/lstm_cell/MatMul_grad/MatMul_1" in loop_heals[0].nodes
+    # steps apply again (a skipped step leaves the loss as it was; a few still skip while
+    # the scale finds its level)
+    assert losses[-1] < losses[0] and len(set(losses[-10:])) >= 5
+    said = [r.getMessage() for r in caplog.records if "while loop 'gradients/rnn/while/while_context'" in
+            r.getMessage()]
+    assert said and "into float32 'unscale_and_check_finite" in said[0] and "weight gradient" in said[0]
+    assert said[0].count("while loop 'gradients/rnn/while/while_context'") == 1  # one culprit, said once
+
+
 def test_a_loss_scale_initialized_again_between_steps_is_said_once(caplog):
     """Reptile resets its optimizer per task with tf.variables_initializer(opt.variables()),
     which holds the loss scale's variables too: each task starts again at 32768 and skips

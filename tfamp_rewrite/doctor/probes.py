@@ -195,6 +195,11 @@ def _in_control_flow(view: GraphView) -> Dict[int, str]:
                                       for i in range(len(view.nodes))])
 
 
+def in_backward_scope(name: str) -> bool:
+    """Whether node ``name`` belongs to a backward pass (a ``gradients/`` scope)."""
+    return bool(_BACKWARD_SCOPE.search(name))
+
+
 def _roles(view: GraphView, weight_gradients: Iterable[str] = ()) -> Dict[Tuple[int, int], str]:
     """``(node, port) -> role`` for gradient tensors (everything else is forward)."""
     backward = {i for i, node in enumerate(view.nodes) if _BACKWARD_SCOPE.search(node.name)}

@@ -21,8 +21,11 @@ the step computes anyway (never an extra run of input ops); ``find`` reads them:
                       scale, or its largest finite value over the step's scale is beyond
         it is float32 and turns inf/nan from finite inputs: a half tensor upstream lost a
             value (flushed to zero, rounded to 1) that float32 needed -- the nearest
-            converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away)
-            stay float32, under the same forward / gradient rule
+            converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away; not
+            through an input measured finite this step) stay float32, under the same
+            forward / gradient rule; or, met first on that walk, a while loop's Exit: the
+            value came out of the loop (a backward loop's weight gradient, summed in float32
+            over its iterations' half MatMuls), whose converted nodes stay float32
     every culprit found is one: none reads another's inf/nan, each holds its own value out
     of range (as a style loss's Gram matrices do).  The finding keeps all their half nodes
     float32 in one edit, so one heal mends what one culprit per heal took as many heals for
@@ -31,14 +34,23 @@ the step computes anyway (never an extra run of input ops); ``find`` reads them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from ..doctor.fixes import Fix, fix_for
 from ..doctor.limits import HalfLimits
 from ..doctor.probe_ops import NONFINITE_BIN, OVERFLOW_BIN, ProbeOps
-from ..doctor.probes import FORWARD, HalfNode, Probe, plan_boundary_probes, plan_probes
+from ..doctor.probes import (
+    ACTIVATION_GRADIENT,
+    FORWARD,
+    WEIGHT_GRADIENT,
+    HalfNode,
+    Probe,
+    in_backward_scope,
+    plan_boundary_probes,
+    plan_probes,
+)
 from ..graph_rewrite.graph_view import parse_input, topological_names
 from .half_readers import half_readers
 from .while_loops import while_loops
@@ -117,6 +129,7 @@ class StepDiagnosis:
         ``nonfinite_inputs``: tensors the run was fed inf/nan in; what reads them is a victim."""
         counts, extrema = np.asarray(counts), np.asarray(extrema)
         culprits: List[Culprit] = []
+        kept: Set[str] = set()  # their half nodes
         nonfinite: Dict[str, bool] = {name: True for name in nonfinite_inputs}
         for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
             probe = self._by_private[self.ops.probes[probe_id].tensor]
@@ -127,9 +140,11 @@ class StepDiagnosis:
             nonfinite[probe.tensor] = int(counts[row][NONFINITE_BIN]) > 0 or (
                 probe.node in self._converted and int(counts[row][OVERFLOW_BIN]) > 0)
             largest = float(extrema[row][0])
-            found = self._judge(probe, counts[row], largest, scale, at_floor)
+            found = self._judge(probe, counts[row], largest, scale, at_floor, nonfinite)
             if found is not None:
-                culprits.append(found)
+                if not set(found.half_nodes) <= kept:  # else a second output of a culprit's nodes
+                    culprits.append(found)
+                    kept.update(found.half_nodes)
                 nonfinite[probe.tensor] = True  # what reads it is its victim, not a culprit
         if not culprits:
             return None
@@ -154,7 +169,10 @@ class StepDiagnosis:
             stack.extend(self._inputs.get(node, ()))
         return False
 
-    def _judge(self, probe: Probe, row, largest: float, scale: float, at_floor: bool) -> Optional[Culprit]:
+    def _judge(self, probe: Probe, row, largest: float, scale: float, at_floor: bool,
+               measured: Dict[str, bool]) -> Optional[Culprit]:
+        """The culprit ``probe``'s values make it, or None (module docstring); ``measured``:
+        tensor -> whether it held inf/nan this step, for the probes judged before it."""
         nonfinite, beyond = int(row[NONFINITE_BIN]), int(row[OVERFLOW_BIN])
         if probe.node in self._loops and (nonfinite > 0 or (probe.node in self._converted and beyond > 0)):
             return self._loop_culprit(probe, largest, scale, at_floor)
@@ -162,7 +180,10 @@ class StepDiagnosis:
         if probe.node in self._converted:
             out_of_range = nonfinite > 0 or beyond > 0
         elif nonfinite > 0:  # float32 turned inf/nan from finite inputs: a half tensor upstream
-            frontier = self._half_frontier(probe.node)
+            frontier, loop_exit = self._half_frontier(probe.node, measured)
+            if loop_exit is not None:
+                return self._loop_culprit(self._leaving(loop_exit, probe), float("inf"), scale, at_floor,
+                                          into=probe.node)
             if not frontier:
                 return None  # float32 all the way: no half tensor's doing
             out_of_range, boundary = True, probe
@@ -194,12 +215,13 @@ class StepDiagnosis:
         unscaled_beyond = bool(np.isfinite(largest)) and largest / scale > self.limits.max_finite
         return probe.role != FORWARD and not at_floor and not unscaled_beyond
 
-    def _loop_culprit(self, probe: Probe, largest: float, scale: float, at_floor: bool
-                      ) -> Optional[Culprit]:
+    def _loop_culprit(self, probe: Probe, largest: float, scale: float, at_floor: bool,
+                      into: Optional[str] = None) -> Optional[Culprit]:
         """A value leaving a while loop (its Exit) out of range: it started inside the loop,
         whose tensors cannot be probed, so the loop's converted nodes are presumed to blame
         (a -1e9 attention mask in half inside a decoder loop) -- not the Exit, nor the
-        Switch and Merge that carry the value out.  None for a loop with no converted node."""
+        Switch and Merge that carry the value out.  ``into``: the float32 node the value was
+        seen in, when the Exit itself is not probed.  None for a loop with no converted node."""
         frame, members = self._loops[probe.node]
         half = [n for n in members if n in self._converted]
         if not half:
@@ -209,6 +231,8 @@ class StepDiagnosis:
         some = _names([self._half_node(n) for n in half[:3]]) + (", ..." if len(half) > 3 else "")
         held_by = ("the %d converted node(s) of while loop %r (%s), whose values cannot be probed "
                    "inside it, as %r leaves it" % (len(half), frame, some, probe.node))
+        if into is not None:
+            held_by += " into float32 %r, which holds inf/nan" % into
         probe = Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
                       role=probe.role, half_nodes=[self._half_node(n) for n in half])
         return self._culprit(probe, largest, held_by, presumed=True)
@@ -224,22 +248,26 @@ class StepDiagnosis:
         return Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
                      role=probe.role, half_nodes=half_nodes)
 
-    def _half_frontier(self, node: str) -> List[HalfNode]:
-        """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""
+    def _half_frontier(self, node: str, measured: Dict[str, bool]) -> Tuple[List[HalfNode], Optional[str]]:
+        """``(the converted nodes nearest node up its float32 inputs, None)``, breadth first
+        and not through a tensor ``measured`` finite; or ``([], Exit)`` when a while loop
+        with converted nodes is met first, whose values the walk cannot follow."""
         level, seen = [node], {node}
         for _ in range(FRONTIER_DEPTH):
             found, upstream = [], []
             for name in level:
                 for tensor in self._inputs.get(name, ()):
                     source = tensor.split(":")[0]
-                    if source in seen:
+                    if source in seen or measured.get(tensor) is False:
                         continue
                     seen.add(source)
+                    if source in self._loops and any(n in self._converted for n in self._loops[source][1]):
+                        return [], source
                     (found if source in self._converted else upstream).append(source)
             if found:
-                return [self._half_node(n) for n in found]
+                return [self._half_node(n) for n in found], None
             level = upstream
-        return []
+        return [], None
 
     def _half_node(self, node: str) -> HalfNode:
         return HalfNode(node, self._decisions[node].op, self._decisions[node].category)
@@ -250,6 +278,16 @@ class StepDiagnosis:
                        max_abs=largest if np.isfinite(largest) else float("inf"),
                        half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
                        fix=fix_for(probe.half_nodes), presumed=presumed)
+
+
+    def _leaving(self, loop_exit: str, seen_in: Probe) -> Probe:
+        """A probe standing for the unprobed ``loop_exit``: a gradient in a backward pass
+        (the loss scale's rule applies), else what ``seen_in`` is."""
+        if not in_backward_scope(loop_exit):
+            role = seen_in.role
+        else:  # TensorFlow sums a loop-invariant input's gradient (a weight's) in "Enter_grad/b_acc"
+            role = WEIGHT_GRADIENT if "Enter_grad/" in loop_exit else ACTIVATION_GRADIENT
+        return Probe(tensor=loop_exit + ":0", node=loop_exit, op="Exit", category=None, role=role)
 
 
 def _names(half_nodes) -> str:
