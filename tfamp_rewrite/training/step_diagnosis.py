@@ -21,11 +21,11 @@ the step computes anyway (never an extra run of input ops); ``find`` reads them:
                       scale, or its largest finite value over the step's scale is beyond
         it is float32 and turns inf/nan from finite inputs: a half tensor upstream lost a
             value (flushed to zero, rounded to 1) that float32 needed -- the nearest
-            converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away; not
-            through an input measured finite this step) stay float32, under the same
-            forward / gradient rule; or, met first on that walk, a while loop's Exit: the
-            value came out of the loop (a backward loop's weight gradient, summed in float32
-            over its iterations' half MatMuls), whose converted nodes stay float32
+            converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away) stay
+            float32, under the same forward / gradient rule; unless it reads, through float32
+            nodes no probe measured, a while loop's Exit: then the value came out of the loop
+            unseen (a backward loop's weight gradient, summed in float32 over its iterations'
+            half MatMuls), and the loop's converted nodes stay float32
     every culprit found is one: none reads another's inf/nan, each holds its own value out
     of range (as a style loss's Gram matrices do).  The finding keeps all their half nodes
     float32 in one edit, so one heal mends what one culprit per heal took as many heals for
@@ -180,10 +180,11 @@ class StepDiagnosis:
         if probe.node in self._converted:
             out_of_range = nonfinite > 0 or beyond > 0
         elif nonfinite > 0:  # float32 turned inf/nan from finite inputs: a half tensor upstream
-            frontier, loop_exit = self._half_frontier(probe.node, measured)
+            loop_exit = self._loop_upstream(probe.node, measured)
             if loop_exit is not None:
                 return self._loop_culprit(self._leaving(loop_exit, probe), float("inf"), scale, at_floor,
                                           into=probe.node)
+            frontier = self._half_frontier(probe.node)
             if not frontier:
                 return None  # float32 all the way: no half tensor's doing
             out_of_range, boundary = True, probe
@@ -248,26 +249,41 @@ class StepDiagnosis:
         return Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
                      role=probe.role, half_nodes=half_nodes)
 
-    def _half_frontier(self, node: str, measured: Dict[str, bool]) -> Tuple[List[HalfNode], Optional[str]]:
-        """``(the converted nodes nearest node up its float32 inputs, None)``, breadth first
-        and not through a tensor ``measured`` finite; or ``([], Exit)`` when a while loop
-        with converted nodes is met first, whose values the walk cannot follow."""
+    def _half_frontier(self, node: str) -> List[HalfNode]:
+        """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""
         level, seen = [node], {node}
         for _ in range(FRONTIER_DEPTH):
             found, upstream = [], []
             for name in level:
                 for tensor in self._inputs.get(name, ()):
                     source = tensor.split(":")[0]
-                    if source in seen or measured.get(tensor) is False:
+                    if source in seen:
+                        continue
+                    seen.add(source)
+                    (found if source in self._converted else upstream).append(source)
+            if found:
+                return [self._half_node(n) for n in found]
+            level = upstream
+        return []
+
+    def _loop_upstream(self, node: str, measured: Dict[str, bool]) -> Optional[str]:
+        """The Exit of a while loop with converted nodes that ``node`` reads within
+        FRONTIER_DEPTH float32 nodes no probe measured (the loop's value, unseen on its way),
+        or None."""
+        level, seen = [node], {node}
+        for _ in range(FRONTIER_DEPTH):
+            upstream = []
+            for name in level:
+                for tensor in self._inputs.get(name, ()):
+                    source = tensor.split(":")[0]
+                    if source in seen or tensor in measured or source in self._converted:
                         continue
                     seen.add(source)
                     if source in self._loops and any(n in self._converted for n in self._loops[source][1]):
-                        return [], source
-                    (found if source in self._converted else upstream).append(source)
-            if found:
-                return [self._half_node(n) for n in found], None
+                        return source
+                    upstream.append(source)
             level = upstream
-        return [], None
+        return None
 
     def _half_node(self, node: str) -> HalfNode:
         return HalfNode(node, self._decisions[node].op, self._decisions[node].category)
