@@ -65,6 +65,20 @@ def test_named_weight_gradients_count_as_such():
     assert roles[grad.name] == WEIGHT_GRADIENT
 
 
+def test_a_weight_gradient_reshaped_on_its_way_to_the_optimizer_is_one():
+    """conv1d runs a Conv2D on an expanded kernel: the kernel's gradient is a
+    Conv2DBackpropFilter reshaped back, and that filter gradient holds its values."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 16, 3], name="x")
+        kernel = tf1.get_variable("kernel", initializer=np.ones([3, 3, 8], np.float32))
+        loss = tf.reduce_sum(tf.nn.relu(tf.nn.conv1d(x, kernel, 1, "SAME")), name="loss")
+        tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    roles = {p.tensor: p for p in plan_of(graph).probes}
+    (filter_gradient,) = [p for p in roles.values() if p.op == "Conv2DBackpropFilter"]
+    assert filter_gradient.role == WEIGHT_GRADIENT
+
+
 def test_tensors_inside_a_while_loop_are_not_probed():
     graph = tf.Graph()
     with graph.as_default(), control_flow_v1():

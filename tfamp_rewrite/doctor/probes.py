@@ -45,7 +45,9 @@ GRADIENT_ROLES = (ACTIVATION_GRADIENT, WEIGHT_GRADIENT)
 
 _BACKWARD_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _SEED_OPS = frozenset({"Fill", "OnesLike"})
-_PASS_BACK = frozenset({"Identity", "IdentityN", "AddN", "Snapshot"})
+# A weight gradient passes back through these to the tensor that holds its values (a conv1d
+# kernel's gradient is its Conv2DBackpropFilter's output reshaped).
+_PASS_BACK = frozenset({"Identity", "IdentityN", "AddN", "Snapshot", "Reshape", "Squeeze", "ExpandDims"})
 _CONSTANTS = frozenset({"Const", "HostConst"})
 # Outputs holding exactly the values of their first input: probed through that input.
 _COPIES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", "Reshape", "Squeeze",
