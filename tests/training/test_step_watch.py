@@ -36,6 +36,7 @@ def emulated_cpu_amp(monkeypatch):
     monkeypatch.delenv(heal_memory.HEAL_FILE_ENV, raising=False)
     monkeypatch.setattr(devices, "_logged", set())
     monkeypatch.setattr(step_watch, "_said_probing", False)
+    monkeypatch.setattr(step_watch, "_said_probing_pause", False)
     monkeypatch.setattr(step_watch, "_said_heal_file_hint", False)
 
 
@@ -193,6 +194,30 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
     (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
     assert "TFAMP_REWRITE_HEAL_FILE=path set in both" in healed
     assert "restores a checkpoint this session saves" in healed
+
+
+def test_a_long_first_probed_step_says_how_long_it_took_once(monkeypatch, caplog):
+    """The pause a diagnosis makes (building the probes, TensorFlow preparing the step with
+    them) is said, with its length, once; a quick one is not."""
+    monkeypatch.setattr(step_watch, "PAUSE_SAID_AFTER", 0.0)
+    parts = overflow_net()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 12)
+    said = [r.getMessage() for r in caplog.records if "fetching the range probes" in r.getMessage()]
+    assert len(said) == 1 and re.search(r"of \d+ float16 tensors took \d+\.\d s", said[0])
+    monkeypatch.setattr(step_watch, "PAUSE_SAID_AFTER", 1e9)
+    monkeypatch.setattr(step_watch, "_said_probing_pause", False)
+    monkeypatch.setattr(step_watch, "_said_probing", False)
+    monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # a new process: diagnosed again
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        again = overflow_net()
+        with tfamp_rewrite.Session(graph=again["graph"]) as session:
+            session.run(again["init"])
+            train(again, session, 12)
+    assert "adding range probes" in caplog.text and "fetching the range probes" not in caplog.text
 
 
 def test_weights_holding_nan_are_named_nothing_is_healed_and_a_nan_loss_hook_stops(caplog):

@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -88,6 +89,8 @@ AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
 DEFAULT_MAX_HEALS = 16
 _logger = logging.getLogger("tfamp_rewrite")
 _said_probing = False  # building the probes is said once per process
+_said_probing_pause = False  # a long first probed step: said once per process
+PAUSE_SAID_AFTER = 5.0  # seconds: a first probed step slower than this is said
 _said_heal_file_hint = False  # how other processes start healed: said once per process
 
 
@@ -157,6 +160,8 @@ class StepWatch:
         self._said_unwatched = False  # steps inside TF1 control flow: said once
         self._last_scales: Dict[int, Tuple[float, bool]] = {}  # per step: its last scale, applied
         self._said_reset = False      # a loss scale set back from outside: said once
+        self._probed_kinds: set = set()  # the probe bundles fetched so far (each a new kind of run)
+        self._probing_since: Optional[Tuple[float, int]] = None  # a first probed run: (start, probes)
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -176,9 +181,13 @@ class StepWatch:
             monitored = self.monitor is not None and self.monitor.due_next()
             diagnosed = any(self._guard(signals[i]).diagnosis_due for i in steps)
             if monitored or diagnosed:
+                start = time.perf_counter()
                 ids, tensors = self._diagnosis_now().fetches(elements, fed, monitor_only=not diagnosed)
                 if ids:
                     extra["probes"] = tensors
+                    if id(tensors) not in self._probed_kinds:
+                        self._probed_kinds.add(id(tensors))
+                        self._probing_since = (start, len(ids))
             if monitored and self._global_step() is not None:
                 extra["global_step"] = self._global_step()
             return extra, ids
@@ -288,11 +297,28 @@ class StepWatch:
                     self._say_settled(ended, float(scale))
             if self.monitor is not None and steps:
                 self._sample(dict(extra_values, steps=steps), ids)
+            if "probes" in extra_values:
+                self._say_probing_pause()
             if "probes" in extra_values and steps:
                 self._diagnose(dict(extra_values, steps=steps), ids, signals, run_private, feeds)
             skipped = [i for i, (finite, _) in steps.items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
             _record_step_run(self.shadow.user_graph if recovering else None)
+
+    def _say_probing_pause(self) -> None:
+        """After the first run fetching a bundle of probes: says, once, a pause it made the
+        user wait (building the probes, TensorFlow optimizing the step with them)."""
+        global _said_probing_pause
+        if self._probing_since is None:
+            return
+        (start, probes), self._probing_since = self._probing_since, None
+        took = time.perf_counter() - start
+        if took < PAUSE_SAID_AFTER or _said_probing_pause:
+            return
+        _said_probing_pause = True
+        log_info("tfamp_rewrite: the first step fetching the range probes of %d %s tensors took "
+                 "%.1f s: TensorFlow optimizes and prepares a step with them once per kind of run; "
+                 "the steps after it take as long as before (said once)" % (probes, self.shadow.dtype, took))
 
     def _note_scale(self, i: int, scale: float, applied: bool, loss_scale) -> None:
         """Says, once, a dynamic loss scale that rose between two steps of its train op by
