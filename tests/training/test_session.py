@@ -581,6 +581,21 @@ def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target
     assert len(session.rewrite_reports) == 4
 
 
+def test_a_second_session_on_a_graph_that_did_not_grow_says_nothing_of_growth(cpu_target, caplog):
+    """Train in one Session, then restore and evaluate in another on the same graph: the
+    graph did not grow, and no line says it did."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        out = tf.matmul(x, tf.ones([4, 4]))
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        for _ in range(2):
+            with Session(graph=graph) as session:
+                session.run(out, {x: np.ones([2, 4], np.float32)})
+    lines = [r.getMessage() for r in caplog.records if "session graph" in r.getMessage()]
+    assert len(lines) == 1 and "session graph rewritten: converted" in lines[0]
+
+
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_session_compat_argument_and_environment_override_the_default(cpu_target, monkeypatch, how):
     graph = _reciprocal_graph()

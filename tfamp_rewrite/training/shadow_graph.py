@@ -306,12 +306,17 @@ class ShadowGraph:
         del graph_def
         for warning in result.report.warnings:
             log_once("tfamp_rewrite: " + warning)
-        syncs = _SYNCS_PER_GRAPH[self.user_graph] = _SYNCS_PER_GRAPH.get(self.user_graph, 0) + 1
+        # per user graph: (rewrites seen, the largest graph version rewritten); a session
+        # opened on a graph that has not grown since another's rewrite repeats it unsaid
+        rewrites, largest = _SYNCS_PER_GRAPH.get(self.user_graph, (0, -1))
+        grew = self._version > largest
+        syncs = rewrites + grew
+        _SYNCS_PER_GRAPH[self.user_graph] = (syncs, max(largest, self._version))
         line = "tfamp_rewrite: session graph %s: %s" % (
             "rewritten" if syncs == 1 else
             "grew, rewritten again (later growth is rewritten without a line each)",
             result.report.one_line())
-        if syncs > 2 or line in _SAID_SUMMARIES:
+        if not grew or syncs > 2 or line in _SAID_SUMMARIES:
             logging.getLogger(LOGGER_NAME).debug(line)
             return
         _SAID_SUMMARIES.add(line)
