@@ -652,10 +652,12 @@ def test_fed_gradients_are_warned_about_only_where_the_graph_computes_unscaled_o
         assert said == []
 
 
-@pytest.mark.parametrize("model", ["clipped_in_custom_gradient", "clipped_in_forward"])
+@pytest.mark.parametrize("model", ["clipped_in_custom_gradient", "clipped_in_forward", "clipped_normalized"])
 def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch, caplog, model):
     """A custom gradient that clips dy to +-0.1 clips the scaled gradient: one warning.  A
-    forward clip_by_value, relu6 and a Huber loss differentiate through selects: none."""
+    forward clip_by_value, relu6 and a Huber loss differentiate through selects: none.  Nor
+    a clip of dy divided by its own maximum, multiplied back (DoReFa's gradient quantizer):
+    it bites the same at any scale."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setattr(devices, "_logged", set())
@@ -664,6 +666,13 @@ def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch
     def clip_gradient(value):
         return tf.identity(value), lambda dy: tf.clip_by_value(dy, -0.1, 0.1)
 
+    @tf.custom_gradient
+    def clip_normalized(value):
+        def grad(dy):
+            largest = tf.reduce_max(tf.abs(dy), axis=1, keepdims=True)
+            return tf.clip_by_value(dy / largest * 0.5 + 0.5, 0.0, 1.0) * largest
+        return tf.identity(value), grad
+
     graph = tf.Graph()
     with graph.as_default():
         x = tf1.placeholder(tf.float32, [8, 4], name="x")
@@ -671,6 +680,8 @@ def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch
         pred = tf.matmul(x, w)
         if model == "clipped_in_custom_gradient":
             pred = clip_gradient(pred)
+        elif model == "clipped_normalized":
+            pred = clip_normalized(pred)
         else:
             pred = tf.nn.relu6(tf.clip_by_value(pred, -5.0, 5.0))
         loss = tf1.losses.huber_loss(tf.ones([8, 1]), pred)

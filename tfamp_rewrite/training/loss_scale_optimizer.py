@@ -186,7 +186,7 @@ def _warn_if_backprop_clips(backprop_ops) -> None:
     divided by the scale afterwards, shrinks by it."""
     for op in backprop_ops:
         if (op.type in _CLIPS and op.outputs[0].dtype.is_floating
-                and any(_constant(t) for t in op.inputs[1:])):
+                and any(_constant(t) for t in op.inputs[1:]) and not _normalized(op.inputs[0])):
             log_once(
                 "tfamp_rewrite: the backprop of a loss-scaled loss clips values to constant bounds "
                 "(%r, %s): a gradient clipped inside tf.custom_gradient or gradient_override_map is "
@@ -195,6 +195,35 @@ def _warn_if_backprop_clips(backprop_ops) -> None:
                 "compute_gradients returns instead, or leave the model's own gradient unclipped."
                 % (op.name, op.type))
             return
+
+
+_REDUCTIONS = frozenset({"Max", "Sum", "Mean", "EuclideanNorm"})
+_NORMALIZED_WITHIN = 4  # ops up from a clip's input to the division that makes it scale-free
+
+
+def _normalized(tensor) -> bool:
+    """Whether ``tensor`` was divided by a reduction a few ops up (DoReFa's gradient
+    quantizer clips ``g / max|g|``, then multiplies back): a clip of it bites the same at
+    any loss scale."""
+    level, seen = [tensor.op], set()
+    for _ in range(_NORMALIZED_WITHIN):
+        upstream = []
+        for op in level:
+            if op in seen:
+                continue
+            seen.add(op)
+            if op.type in ("RealDiv", "Div", "DivNoNan") and _reduction_within(op.inputs[1], 3):
+                return True
+            upstream.extend(t.op for t in op.inputs)
+        level = upstream
+    return False
+
+
+def _reduction_within(tensor, depth: int) -> bool:
+    op = tensor.op
+    if op.type in _REDUCTIONS:
+        return True
+    return depth > 0 and any(_reduction_within(t, depth - 1) for t in op.inputs[:2])
 
 
 def _constant(tensor) -> bool:
