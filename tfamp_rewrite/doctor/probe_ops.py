@@ -29,7 +29,6 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
-from tensorflow.python.ops import gen_math_ops
 
 from .limits import HalfLimits
 from .probes import Probe
@@ -164,7 +163,7 @@ def _tensor_stats(tensor: tf.Tensor, largest: float) -> Tuple[tf.Tensor, tf.Tens
     zero = tf1.equal(values, 0.0)
     bins = tf1.where_v2(zero, ZERO_BIN, exponents)
     # the op itself: tf.math.bincount adds eight ops to size its output, known here
-    histogram = gen_math_ops.bincount(bins, ZERO_BIN + 1, tf1.constant([], tf.int32))
+    histogram = tf.raw_ops.Bincount(arr=bins, size=ZERO_BIN + 1, weights=tf1.constant([], tf.int32))
     overflow = tf1.reduce_sum(tf1.cast(tf1.greater(values, largest), tf.int32), keepdims=True)
     counts = tf1.concat([histogram, overflow], 0)
     smallest = tf1.reduce_min(tf1.where_v2(zero, np.float32(np.inf), values))
