@@ -581,6 +581,28 @@ def test_a_growing_graph_says_its_first_rewrite_and_first_growth_only(cpu_target
     assert len(session.rewrite_reports) == 4
 
 
+def test_a_graph_grown_inside_the_training_loop_is_said_and_keeps_few_reports(cpu_target, caplog):
+    """A TF1 program building an op in its loop (tf.reduce_mean of a fetched value) grows
+    the graph at every run, and each growth rewrites the whole graph: said once, at the
+    20th growth, naming the newest op; the session keeps the first and latest reports only
+    (a report per growth would grow memory at every step)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        out = tf.matmul(x, tf.ones([4, 4]))
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        for step in range(30):
+            session.run(out, {x: np.ones([2, 4], np.float32)})
+            with graph.as_default():
+                tf.reduce_mean(out, name="mean_%d" % step)
+        reports = session.rewrite_reports
+    said = [r.getMessage() for r in caplog.records if "has grown" in r.getMessage()]
+    assert len(said) == 1 and "grown 20 times (lately by 'mean_19" in said[0]
+    assert "build them once, before the loop" in said[0]
+    assert len(reports) == 16 and "mean_0" not in [d.name for d in reports[0].decisions]
+    assert "mean_28" in [d.name for d in reports[-1].decisions]
+
+
 def test_a_second_session_on_a_graph_that_did_not_grow_says_nothing_of_growth(cpu_target, caplog):
     """Train in one Session, then restore and evaluate in another on the same graph: the
     graph did not grow, and no line says it did."""

@@ -41,7 +41,8 @@ class ProbedGraph(ShadowGraph):
     def _graph_to_import(self, graph_def, result):
         return graph_def
 
-    def _synced(self, graph_def, result) -> None:
+    def _synced(self, graph_def, result, added, seconds) -> None:
+        del added, seconds
         plan = plan_probes(graph_def, result.graph_def, result.report)
         self.probe_ops.add(plan.probes)
         self.doctor.skipped = dict(plan.skipped)

@@ -192,7 +192,7 @@ class OriginSearch:
     def _with_half_readers(self, origin: Origin, keep: List[str]) -> List[str]:
         """``keep`` (``origin``'s nodes to keep float32) and the converted nodes its value
         would reach in half once they are float32 (half_readers.py)."""
-        decisions = {d.name: d for report in self.shadow.reports for d in report.decisions}
+        decisions = self.shadow.decisions
         graph = self.shadow.user_graph
 
         def readers(name):
@@ -206,6 +206,5 @@ class OriginSearch:
 
     def list_edit(self, names) -> str:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
-        decisions = {d.name: d for report in self.shadow.reports for d in report.decisions
-                     if d.name in names}
+        decisions = self.shadow.decisions
         return fix_for([HalfNode(n, decisions[n].op, decisions[n].category) for n in names]).env

@@ -142,7 +142,8 @@ class _RewritingSession:
 
     @property
     def rewrite_reports(self):
-        """The reports of the rewrites this session imported (empty when not rewriting)."""
+        """The reports of the rewrites this session imported: the first and the latest
+        (at most 16; empty when not rewriting)."""
         return list(self._shadow.reports) if self._shadow is not None else []
 
     def _call_base(self, method, *args):

@@ -21,6 +21,7 @@ import collections
 import collections.abc
 import logging
 import threading
+import time
 import weakref
 from typing import Dict, List, Set, Tuple
 
@@ -52,6 +53,8 @@ _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged a
 # user graph -> its imports logged by _synced, over all its sessions (an evaluation loop
 # opening a Session per evaluation on a graph it grows each time)
 _SYNCS_PER_GRAPH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_REPORTS_KEPT = 16  # the first rewrite's report and the latest ones
+GROWTHS_SAID_AT = 20  # a graph that grew this often grows in the user's loop: said once
 
 
 class ShadowGraph:
@@ -71,7 +74,10 @@ class ShadowGraph:
         self._rounded: Dict[str, str] = {}  # emulated half output -> its rounded float32 twin
         self._emulated_half: set = set()     # nodes that emulation runs as half (float32 kernels)
         self._round_when_fed: set = set()    # private tensors whose fed values are rounded to half
-        self.reports: List[RewriteReport] = []
+        self.reports: List[RewriteReport] = []  # the first rewrite's and the latest ones'
+        self.rewrites = 0                    # how many rewrites were imported (reports drops some)
+        self.decisions: Dict[str, object] = {}  # user node -> its latest rewrite decision
+        self._converted_ever: Set[str] = set()  # user nodes some rewrite converted
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
         self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
         self.last_rewrite = None             # (user GraphDef, RewriteResult) of the latest import
@@ -95,7 +101,9 @@ class ShadowGraph:
             version = self.user_graph.version
             if version == self._version:
                 return
+            start = time.perf_counter()
             graph_def = self._user_graph_def()
+            added = [node.name for node in graph_def.node if node.name not in self._imported]
             result = self._rewrite(graph_def, whole=False)
             to_import = self._graph_to_import(graph_def, result)
             self._guard_state(to_import, result)
@@ -109,7 +117,7 @@ class ShadowGraph:
             self._version = version
             self.last_rewrite = (graph_def, result)
             self._note_deferred(deferred)
-            self._synced(graph_def, result)
+            self._synced(graph_def, result, added, time.perf_counter() - start)
 
     def heal(self, nodes) -> RewriteReport:
         """Keeps the user graph's ``nodes`` float32 from now on: rewrites the graph again
@@ -219,7 +227,12 @@ class ShadowGraph:
         if result.report.emulation is not None and round_to_half_available() and \
                 self._ops_library_usable("emulated numerics round with Cast pairs"):
             use_rounding_op(result.graph_def, result.report.emulation)
+        self.rewrites += 1
+        self.decisions.update((d.name, d) for d in result.report.decisions)
+        self._converted_ever.update(d.name for d in result.report.decisions if d.converted)
         self.reports.append(result.report)
+        if len(self.reports) > _REPORTS_KEPT:  # a graph growing every step must not grow this
+            del self.reports[1]
         if result.report.emulation is not None:
             if whole:
                 self._rounded.clear()
@@ -282,8 +295,7 @@ class ShadowGraph:
 
     def converted_now(self) -> Set[str]:
         """The user graph's nodes the rewrites so far convert (healed ones left out)."""
-        return {d.name for report in self.reports for d in report.decisions
-                if d.converted} - self.kept_float32
+        return self._converted_ever - self.kept_float32
 
     def computes_in_half(self, op) -> bool:
         """Whether the private graph's ``op`` computes in half: a half output, or under
@@ -296,13 +308,15 @@ class ShadowGraph:
         del graph_def
         return result.graph_def
 
-    def _synced(self, graph_def, result) -> None:
-        """Called after each import, with the user's graph and its rewrite: logs the first
-        rewrite of the user graph and its first growth (Keras grows its graph at every fit,
-        evaluate and predict), over all the graph's sessions, each line once per process
-        (an Estimator builds the same graph anew for every evaluation); the rest goes to
-        DEBUG, and ``reports`` keeps every rewrite.  The report's warnings (a misspelled
-        list variable) are each said once, as warnings."""
+    def _synced(self, graph_def, result, added: List[str], seconds: float) -> None:
+        """Called after each import, with the user's graph and its rewrite (the nodes it
+        ``added``, in ``seconds``): logs the first rewrite of the user graph and its first
+        growth (Keras grows its graph at every fit, evaluate and predict), over all the
+        graph's sessions, each line once per process (an Estimator builds the same graph
+        anew for every evaluation); the rest goes to DEBUG.  A graph that keeps growing
+        (ops built inside the user's loop) is said once at its GROWTHS_SAID_AT-th growth:
+        each growth rewrites the whole graph.  The report's warnings (a misspelled list
+        variable) are each said once, as warnings."""
         del graph_def
         for warning in result.report.warnings:
             log_once("tfamp_rewrite: " + warning)
@@ -316,6 +330,12 @@ class ShadowGraph:
             "rewritten" if syncs == 1 else
             "grew, rewritten again (later growth is rewritten without a line each)",
             result.report.one_line())
+        if grew and syncs == GROWTHS_SAID_AT + 1 and added:
+            log_once("tfamp_rewrite: the session graph has grown %d times (lately by %r): each "
+                     "time, the whole graph is rewritten again (%.0f ms this time), so a program "
+                     "that builds ops inside its training loop (a tf.reduce_mean of a fetched "
+                     "value, a new summary) pays that at every step; build them once, before the "
+                     "loop (said once)" % (GROWTHS_SAID_AT, added[-1], seconds * 1e3))
         if not grew or syncs > 2 or line in _SAID_SUMMARIES:
             logging.getLogger(LOGGER_NAME).debug(line)
             return

@@ -220,7 +220,7 @@ class StepWatch:
         return None if step is None else self.shadow.private_fetch(step)
 
     def _follow_generation(self) -> None:
-        generation = (self.shadow.private_name(""), len(self.shadow.reports))
+        generation = (self.shadow.private_name(""), self.shadow.rewrites)
         if generation != self._generation:
             self._generation, self._diagnosis, self._variable_check = generation, None, None
             self._computed.clear()
