@@ -603,6 +603,35 @@ def test_a_graph_grown_inside_the_training_loop_is_said_and_keeps_few_reports(cp
     assert "mean_28" in [d.name for d in reports[-1].decisions]
 
 
+def test_a_value_built_inside_the_wrapped_apply_is_said_before_tensorflow_refuses_it(cpu_target, caplog):
+    """LAMB and LARS code fetches the trust ratio its _apply_dense builds; a loss-scaled
+    step runs the apply inside a tf.cond, where TensorFlow cannot fetch it: said first."""
+    class LoggingOptimizer(tf1.train.GradientDescentOptimizer):
+        def _apply_dense(self, grad, var):  # reference variables (TF1)
+            self.ratio = tf.norm(var) / tf.norm(grad)
+            return super()._apply_dense(grad, var)
+
+        def _resource_apply_dense(self, grad, handle):
+            self.ratio = tf.norm(grad)
+            return super()._resource_apply_dense(grad, handle)
+
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=np.ones([4, 1], np.float32))
+        optimizer = LoggingOptimizer(0.1)
+        train_op = LossScaleOptimizer(optimizer, "dynamic").minimize(tf.reduce_sum(tf.square(w)))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        with pytest.raises((ValueError, tf.errors.OpError)):
+            session.run([train_op, optimizer.ratio])
+    said = [r.getMessage() for r in caplog.records if "built inside the optimizer's apply" in r.getMessage()]
+    if tf1.control_flow_v2_enabled():  # cond_v2: the value belongs to a branch function's graph,
+        assert said == []               # which TensorFlow's own error names
+    else:
+        assert len(said) == 1 and repr(optimizer.ratio.name) in said[0]
+
+
 def test_a_second_session_on_a_graph_that_did_not_grow_says_nothing_of_growth(cpu_target, caplog):
     """Train in one Session, then restore and evaluate in another on the same graph: the
     graph did not grow, and no line says it did."""

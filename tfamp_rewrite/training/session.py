@@ -167,7 +167,10 @@ class _RewritingSession:
         case, where a run's Python work is all its overhead."""
         key = _run_key(fetches, feed_dict)
         generation = self._shadow.generation
-        found = self._mapped_runs.get(key) if key is not None else None
+        try:
+            found = self._mapped_runs.get(key) if key is not None else None
+        except TypeError:  # an unhashable leaf (a function graph's tensor): TensorFlow says why below
+            key = found = None
         if found is not None and found[0] == generation:
             return found[1]
         mapped = self._map_fetches(fetches)

@@ -504,8 +504,16 @@ class ShadowGraph:
 
     def _unfetchable(self, user):
         """The private twin of a fetch TensorFlow marked not fetchable (inside a cond or
-        loop), marked the same, so that Session.run refuses it with TensorFlow's error."""
+        loop), marked the same, so that Session.run refuses it with TensorFlow's error --
+        said first when the cond is a loss-scaled step's (the program fetched it in float32)."""
         op = user if isinstance(user, tf.Operation) else user.op
+        if _inside_loss_scaled_apply(op):
+            log_once("tfamp_rewrite: %r is built inside the optimizer's apply_gradients (its "
+                     "_apply_dense, for one), which a loss-scaled step runs inside a tf.cond, as "
+                     "TensorFlow's own loss-scale optimizer does: a skipped step applies nothing. "
+                     "TensorFlow cannot fetch a value from inside a cond, so the run fails (its "
+                     "error follows); compute what you log from the gradients outside the "
+                     "optimizer, or write it as a tf.summary there" % getattr(user, "name", op.name))
         private_op = self.graph.get_operation_by_name(self.private_name(op.name))
         self.graph.prevent_fetching(private_op)
         return private_op if isinstance(user, tf.Operation) else private_op.outputs[user.value_index]
@@ -519,6 +527,19 @@ class ShadowGraph:
                     cast = tf.cast(private, user.dtype, name=name)
                 self._fetch_casts[user.name] = cast
             return cast
+
+
+def _inside_loss_scaled_apply(op) -> bool:
+    """Whether ``op`` (user graph) lies in the apply branch of a loss-scaled step's cond."""
+    predicates = {s.should_apply.name for s in step_signals(op.graph) if s.should_apply is not None}
+    context = op._get_control_flow_context()  # pylint: disable=protected-access
+    while context is not None:
+        predicate = getattr(context, "pred", None)  # a TF1 cond's: an Identity of its pred
+        if predicate is not None and predicates & {predicate.name, predicate.op.inputs[0].name
+                                                   if predicate.op.inputs else ""}:
+            return True
+        context = getattr(context, "outer_context", None)
+    return False
 
 
 def _memoised(cache, leaf, compute):
