@@ -392,7 +392,9 @@ def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
 
 def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
     """'online/q/MatMul' has a twin 'target/q/MatMul'; of a plain MLP's 'dense/MatMul',
-    'dense_1/MatMul' and 'dense_2/MatMul', none is another's twin."""
+    'dense_1/MatMul' and 'dense_2/MatMul', none is another's twin; nor, of dense layers on
+    frames ([batch, time, features]: each a Tensordot), 'fc1/Tensordot/MatMul' and
+    'fc2/Tensordot/MatMul', two layers named alike past their own scopes."""
     graph = tf.Graph()
     with graph.as_default():
         x = tf1.placeholder(tf.float32, [2, 4])
@@ -401,9 +403,13 @@ def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
         for scope in ("online", "target"):
             with tf1.variable_scope(scope):
                 tf1.layers.dense(tf1.layers.dense(x, 4, tf.nn.relu, name="h"), 2, name="q")
+        frames = tf1.placeholder(tf.float32, [2, 5, 4])
+        tf1.layers.dense(tf1.layers.dense(frames, 4, tf.nn.relu, name="fc1"), 4, name="fc2")
     every = {op.name for op in graph.get_operations()}
     assert twin_nodes(graph, ["online/q/MatMul"], every) == ["target/q/MatMul"]
+    assert twin_nodes(graph, ["online/h/Relu"], every) == ["target/h/Relu"]
     assert twin_nodes(graph, ["dense_1/MatMul"], every) == []
+    assert twin_nodes(graph, ["fc1/Tensordot/MatMul", "fc1/Tensordot/Reshape"], every) == []
 
 
 @pytest.mark.parametrize("resource", [False, True])

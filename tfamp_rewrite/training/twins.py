@@ -24,7 +24,8 @@ def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
     and either
 
     * a layer under another top scope ("online/q/MatMul" and "target/q/MatMul": the name
-      past the first scope names a layer's node), or
+      past the first scope names a layer's node, and the two read that layer's variables of
+      each network, or the same shared ones), or
     * the same scope entered again ("SSIM/depthwise_3" and "SSIM_1/depthwise_3";
       "siamese/h/MatMul" and "siamese_1/h/MatMul" of a network applied twice with
       ``reuse=True``) where both read the same variables: a function called twice, not
@@ -54,9 +55,29 @@ def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
             if _same_scope_again(head, other_head):
                 if _variables_read(op, head) == _variables_read(other, other_head):
                     twins.append(other.name)
-            elif "/" in tail:
+            elif "/" in tail and _same_network_layer(op, head, other, other_head):
                 twins.append(other.name)
     return twins
+
+
+def _same_network_layer(op, head: str, other, other_head: str) -> bool:
+    """Whether ``op`` and ``other``, under top scopes ``head`` and ``other_head``, read the
+    same layer's variables of two networks: "online/q/kernel" and "target/q/kernel" (a layer
+    scope below the network's), or one shared variable (a tower's).  Two layers of one model
+    ("fc1/kernel", "fc2/kernel": the top scope is the layer) are not twins, nor nodes that
+    read no variable."""
+    mine, theirs = _variables_read(op, head), _variables_read(other, other_head)
+    if not mine:
+        return False
+    within = [_past(v, head) for v in mine], [_past(v, other_head) for v in theirs]
+    if sorted(within[0]) != sorted(within[1]):
+        return False
+    return all("/" in name for name, v in zip(within[0], mine) if name != v)
+
+
+def _past(name: str, head: str) -> str:
+    """``name`` past the top scope ``head``, or as it is when outside it (a shared variable)."""
+    return name[len(head) + 1:] if name.startswith(head + "/") else name
 
 
 def _same_scope_again(head: str, other_head: str) -> bool:
