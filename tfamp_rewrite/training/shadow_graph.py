@@ -45,7 +45,7 @@ from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
-from .step_signals import step_signals
+from .step_signals import in_loss_scaled_apply, step_signals
 from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -507,7 +507,7 @@ class ShadowGraph:
         loop), marked the same, so that Session.run refuses it with TensorFlow's error --
         said first when the cond is a loss-scaled step's (the program fetched it in float32)."""
         op = user if isinstance(user, tf.Operation) else user.op
-        if _inside_loss_scaled_apply(op):
+        if in_loss_scaled_apply(op):
             log_once("tfamp_rewrite: %r is built inside the optimizer's apply_gradients (its "
                      "_apply_dense, for one), which a loss-scaled step runs inside a tf.cond, as "
                      "TensorFlow's own loss-scale optimizer does: a skipped step applies nothing. "
@@ -527,19 +527,6 @@ class ShadowGraph:
                     cast = tf.cast(private, user.dtype, name=name)
                 self._fetch_casts[user.name] = cast
             return cast
-
-
-def _inside_loss_scaled_apply(op) -> bool:
-    """Whether ``op`` (user graph) lies in the apply branch of a loss-scaled step's cond."""
-    predicates = {s.should_apply.name for s in step_signals(op.graph) if s.should_apply is not None}
-    context = op._get_control_flow_context()  # pylint: disable=protected-access
-    while context is not None:
-        predicate = getattr(context, "pred", None)  # a TF1 cond's: an Identity of its pred
-        if predicate is not None and predicates & {predicate.name, predicate.op.inputs[0].name
-                                                   if predicate.op.inputs else ""}:
-            return True
-        context = getattr(context, "outer_context", None)
-    return False
 
 
 def _memoised(cache, leaf, compute):

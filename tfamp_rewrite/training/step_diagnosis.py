@@ -238,6 +238,15 @@ class StepDiagnosis:
                       role=probe.role, half_nodes=[self._half_node(n) for n in half])
         return self._culprit(probe, largest, held_by, presumed=True)
 
+    def _leaving(self, loop_exit: str, seen_in: Probe) -> Probe:
+        """A probe standing for the unprobed ``loop_exit``: a gradient in a backward pass
+        (the loss scale's rule applies), else what ``seen_in`` is."""
+        if not in_backward_scope(loop_exit):
+            role = seen_in.role
+        else:  # TensorFlow sums a loop-invariant input's gradient (a weight's) in "Enter_grad/b_acc"
+            role = WEIGHT_GRADIENT if "Enter_grad/" in loop_exit else ACTIVATION_GRADIENT
+        return Probe(tensor=loop_exit + ":0", node=loop_exit, op="Exit", category=None, role=role)
+
     def _with_half_readers(self, probe: Probe) -> Probe:
         """``probe`` with the converted nodes added that would read its value in half once
         its half nodes are float32 (half_readers.py)."""
@@ -251,39 +260,40 @@ class StepDiagnosis:
 
     def _half_frontier(self, node: str) -> List[HalfNode]:
         """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""
-        level, seen = [node], {node}
-        for _ in range(FRONTIER_DEPTH):
-            found, upstream = [], []
-            for name in level:
-                for tensor in self._inputs.get(name, ()):
-                    source = tensor.split(":")[0]
-                    if source in seen:
-                        continue
-                    seen.add(source)
-                    (found if source in self._converted else upstream).append(source)
+        for entered in self._walk_up(node, lambda tensor, source: True):
+            found = [n for n in entered if n in self._converted]
             if found:
                 return [self._half_node(n) for n in found]
-            level = upstream
         return []
 
     def _loop_upstream(self, node: str, measured: Dict[str, bool]) -> Optional[str]:
         """The Exit of a while loop with converted nodes that ``node`` reads within
         FRONTIER_DEPTH float32 nodes no probe measured (the loop's value, unseen on its way),
         or None."""
+        def unmeasured_float32(tensor, source):
+            return tensor not in measured and source not in self._converted
+
+        for entered in self._walk_up(node, unmeasured_float32):
+            for source in entered:
+                if source in self._loops and any(n in self._converted for n in self._loops[source][1]):
+                    return source
+        return None
+
+    def _walk_up(self, node: str, through: Callable[[str, str], bool]):
+        """The nodes up ``node``'s inputs, level by level (breadth first, FRONTIER_DEPTH
+        levels): each level's nodes not met before that ``through(tensor, source)`` lets
+        the walk enter from the tensor it read."""
         level, seen = [node], {node}
         for _ in range(FRONTIER_DEPTH):
-            upstream = []
+            entered = []
             for name in level:
                 for tensor in self._inputs.get(name, ()):
                     source = tensor.split(":")[0]
-                    if source in seen or tensor in measured or source in self._converted:
-                        continue
-                    seen.add(source)
-                    if source in self._loops and any(n in self._converted for n in self._loops[source][1]):
-                        return source
-                    upstream.append(source)
-            level = upstream
-        return None
+                    if source not in seen and through(tensor, source):
+                        seen.add(source)
+                        entered.append(source)
+            yield entered
+            level = entered
 
     def _half_node(self, node: str) -> HalfNode:
         return HalfNode(node, self._decisions[node].op, self._decisions[node].category)
@@ -294,16 +304,6 @@ class StepDiagnosis:
                        max_abs=largest if np.isfinite(largest) else float("inf"),
                        half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
                        fix=fix_for(probe.half_nodes), presumed=presumed)
-
-
-    def _leaving(self, loop_exit: str, seen_in: Probe) -> Probe:
-        """A probe standing for the unprobed ``loop_exit``: a gradient in a backward pass
-        (the loss scale's rule applies), else what ``seen_in`` is."""
-        if not in_backward_scope(loop_exit):
-            role = seen_in.role
-        else:  # TensorFlow sums a loop-invariant input's gradient (a weight's) in "Enter_grad/b_acc"
-            role = WEIGHT_GRADIENT if "Enter_grad/" in loop_exit else ACTIVATION_GRADIENT
-        return Probe(tensor=loop_exit + ":0", node=loop_exit, op="Exit", category=None, role=role)
 
 
 def _names(half_nodes) -> str:

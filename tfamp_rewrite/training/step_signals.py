@@ -53,6 +53,21 @@ def step_signals(graph) -> List[StepSignal]:
         return list(_registry.get(graph, ()))
 
 
+def in_loss_scaled_apply(op) -> bool:
+    """Whether ``op`` (user graph) lies in the apply branch of a loss-scaled step's TF1 cond
+    (whose predicate is the step's ``should_apply``; a TF1 cond's context holds an Identity
+    of it)."""
+    predicates = {s.should_apply.name for s in step_signals(op.graph) if s.should_apply is not None}
+    context = op._get_control_flow_context()  # pylint: disable=protected-access
+    while context is not None:
+        predicate = getattr(context, "pred", None)
+        if predicate is not None and predicates & {predicate.name, predicate.op.inputs[0].name
+                                                   if predicate.op.inputs else ""}:
+            return True
+        context = getattr(context, "outer_context", None)
+    return False
+
+
 def outside_tf1_conds(tensors: Sequence) -> Optional[list]:
     """``tensors`` (scalars built now, inside the user's TF1 cond branches) as float32
     tensors outside every enclosing cond: at each level a Merge of the value with NOT_RUN,

@@ -185,8 +185,8 @@ class StepWatch:
                 ids, tensors = self._diagnosis_now().fetches(elements, fed, monitor_only=not diagnosed)
                 if ids:
                     extra["probes"] = tensors
-                    if id(tensors) not in self._probed_kinds:
-                        self._probed_kinds.add(id(tensors))
+                    if tensors not in self._probed_kinds:
+                        self._probed_kinds.add(tensors)
                         self._probing_since = (start, len(ids))
             if monitored and self._global_step() is not None:
                 extra["global_step"] = self._global_step()

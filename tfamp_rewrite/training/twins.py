@@ -67,12 +67,9 @@ def _same_network_layer(op, head: str, other, other_head: str) -> bool:
     ("fc1/kernel", "fc2/kernel": the top scope is the layer) are not twins, nor nodes that
     read no variable."""
     mine, theirs = _variables_read(op, head), _variables_read(other, other_head)
-    if not mine:
+    if not mine or sorted(_past(v, head) for v in mine) != sorted(_past(v, other_head) for v in theirs):
         return False
-    within = [_past(v, head) for v in mine], [_past(v, other_head) for v in theirs]
-    if sorted(within[0]) != sorted(within[1]):
-        return False
-    return all("/" in name for name, v in zip(within[0], mine) if name != v)
+    return all("/" in _past(v, head) for v in mine if v.startswith(head + "/"))
 
 
 def _past(name: str, head: str) -> str:
