@@ -147,6 +147,26 @@ def test_automatic_loss_scaling_skips_non_finite_steps():
         assert session.run(step) == 1 and (session.run(w) < 1.0).all()
 
 
+def test_automatic_loss_scaling_is_said_once_when_an_optimizer_first_scales(monkeypatch, caplog):
+    """Said when the graph is built, not at the first skipped step, which may never come; an
+    optimizer wrapped by the user, who knows it scales, says nothing."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+
+    def said():
+        return [r.getMessage() for r in caplog.records if "automatic loss scaling is on" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        _train_step_graph(wrap=tfamp_rewrite.LossScaleOptimizer)
+        assert not said()
+        _train_step_graph()
+        _train_step_graph()  # a second graph, another optimizer: once per process
+    (line,) = said()
+    assert "'Momentum' (MomentumOptimizer)" in line and "from 32768" in line and "2000 finite" in line
+
+
 def test_an_automatically_scaled_optimizers_variables_include_the_loss_scale():
     """``variables_initializer(opt.variables())`` (the TF1 idiom, and Keras' initialisation
     of a ``tf.compat.v1.train`` optimizer) must cover the loss scale the optimizer added."""

@@ -215,7 +215,22 @@ def _auto_scaler(opt):
         # scaler from inside its override: the scaler calls the base class's, not the override.
         scaler._inner_methods = {name: functools.partial(_original_methods[name], opt)
                                  for name in _DELEGATED_METHODS}
+        _say_loss_scaling_is_on(opt, scaler.loss_scale)
     return scaler
+
+
+def _say_loss_scaling_is_on(opt, scale) -> None:
+    """Says once per process that optimizers scale their loss: the first skipped step may come
+    late or never, and a user must know before then that the gradients are scaled."""
+    from .devices import log_once
+
+    log_once("tfamp_rewrite: automatic loss scaling is on: %s and every other "
+             "tf.compat.v1.train.Optimizer multiply the loss by a dynamic scale (from %g, doubled "
+             "after %d finite steps in a row) and divide the gradients by it before applying them; "
+             "a step whose gradients hold inf/nan is skipped (no variable is updated) and the "
+             "scale halved"
+             % ("'%s' (%s)" % (opt.get_name(), type(opt).__name__),
+                scale.initial_loss_scale, scale.increment_period))
 
 
 # -- warm starts and NaN-loss hooks -------------------------------------------------------
