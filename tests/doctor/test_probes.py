@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from model_graphs import control_flow_v1
 
-from tfamp_rewrite.doctor.probes import ACTIVATION_GRADIENT, FORWARD, WEIGHT_GRADIENT, plan_probes
+from tfamp_rewrite.doctor.probes import ACTIVATION_GRADIENT, FORWARD, WEIGHT_GRADIENT, plan_boundary_probes, plan_probes
 from tfamp_rewrite.graph_rewrite.rewrite import rewrite_graph_def
 
 tf1 = tf.compat.v1
@@ -77,6 +77,26 @@ def test_a_weight_gradient_reshaped_on_its_way_to_the_optimizer_is_one():
     roles = {p.tensor: p for p in plan_of(graph).probes}
     (filter_gradient,) = [p for p in roles.values() if p.op == "Conv2DBackpropFilter"]
     assert filter_gradient.role == WEIGHT_GRADIENT
+
+
+def test_what_a_loss_scaled_step_unscales_is_a_weight_gradient():
+    """The unscale divides the weight gradients by the loss scale: its outputs overflow only
+    where the scaled gradients did, so the scale's rule is theirs, not a forward value's."""
+    import tfamp_rewrite
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf1.get_variable("w", initializer=np.ones([8, 4], np.float32))
+        loss = tf.reduce_sum(tf.nn.relu(tf.linalg.matmul(x, w, name="mm")), name="loss")
+        tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    graph_def = graph.as_graph_def()
+    result = rewrite_graph_def(graph_def, target="gpu", compat="latest")
+    probes = (plan_probes(graph_def, result.graph_def, result.report).probes
+              + plan_boundary_probes(graph_def, result.report))
+    unscaled = {p.tensor: p.role for p in probes if p.node.startswith("unscale_and_check_finite/")}
+    assert unscaled and set(unscaled.values()) == {WEIGHT_GRADIENT}, unscaled
+    assert {p.role for p in probes if p.node == "mm"} == {FORWARD}
 
 
 def test_tensors_inside_a_while_loop_are_not_probed():

@@ -44,6 +44,7 @@ ROLES = (FORWARD, ACTIVATION_GRADIENT, WEIGHT_GRADIENT)
 GRADIENT_ROLES = (ACTIVATION_GRADIENT, WEIGHT_GRADIENT)
 
 _BACKWARD_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
+_UNSCALE_SCOPE = re.compile(r"(^|/)unscale_and_check_finite(_\d+)?/")
 _SEED_OPS = frozenset({"Fill", "OnesLike"})
 # A weight gradient passes back through these to the tensor that holds its values (a conv1d
 # kernel's gradient is its Conv2DBackpropFilter's output reshaped).
@@ -234,4 +235,22 @@ def _roles(view: GraphView, weight_gradients: Iterable[str] = ()) -> Dict[Tuple[
     for i in gradient:
         for port in range(len(view.out_attrs[i] or ())):
             roles[(i, port)] = WEIGHT_GRADIENT if (i, port) in weight else ACTIVATION_GRADIENT
+    for i in _unscaling(view, gradient):
+        for port in range(len(view.out_attrs[i] or ())):
+            roles[(i, port)] = WEIGHT_GRADIENT
     return roles
+
+
+def _unscaling(view: GraphView, gradient: Set[int]) -> Set[int]:
+    """The nodes of a loss-scaled step's unscale (``unscale_and_check_finite`` scope, its fused
+    op included) fed by the gradients: they hold the weight gradients divided by the scale,
+    so they overflow only when the scaled gradients did, and the loss scale's rule is theirs."""
+    found: Set[int] = set()
+    stack = [dst for i in gradient for _, dst, _ in view.consumers[i]]
+    while stack:
+        i = stack.pop()
+        if i in found or i in gradient or not _UNSCALE_SCOPE.search(view.nodes[i].name):
+            continue
+        found.add(i)
+        stack.extend(dst for _, dst, _ in view.consumers[i])
+    return found
