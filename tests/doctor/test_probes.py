@@ -6,7 +6,13 @@ import pytest
 import tensorflow as tf
 from model_graphs import control_flow_v1
 
-from tfamp_rewrite.doctor.probes import ACTIVATION_GRADIENT, FORWARD, WEIGHT_GRADIENT, plan_boundary_probes, plan_probes
+from tfamp_rewrite.doctor.probes import (
+    ACTIVATION_GRADIENT,
+    FORWARD,
+    WEIGHT_GRADIENT,
+    plan_boundary_probes,
+    plan_probes,
+)
 from tfamp_rewrite.graph_rewrite.rewrite import rewrite_graph_def
 
 tf1 = tf.compat.v1

@@ -63,3 +63,53 @@ def test_gradients_are_recorded_unscaled():
     # what it would be at another scale is a shift of the same histogram
     assert scaled.count_below(FP16.min_subnormal_log2, 10) == 0
     assert scaled.count_overflowing(FP16, 10) == scaled.overflow == 2
+
+
+def expected_stats(values, largest):
+    """numpy's ``(counts[258], [max, min nonzero])`` of one tensor (probe_ops' contract)."""
+    a = np.abs(np.asarray(values, np.float32).reshape(-1))
+    bins = np.where(a == 0, 256, a.view(np.int32) >> 23)
+    counts = np.append(np.bincount(bins, minlength=257), np.count_nonzero(a > largest))
+    nonzero = a[a != 0]
+    biggest = a.max() if a.size else -np.inf  # a nan in, a nan out, as reduce_max on the CPU
+    smallest = nonzero.min() if nonzero.size and not np.isnan(nonzero).all() else np.inf
+    if np.isnan(nonzero).any():
+        smallest = None  # a nan's place in a minimum is TensorFlow's to choose: not compared
+    return counts, biggest, smallest
+
+
+@pytest.mark.parametrize("group_size", [2, 3, 64])
+def test_tensors_reduced_in_groups_keep_their_own_ranges(monkeypatch, group_size):
+    """Concatenated and told apart by segment: every tensor's counts and extrema are its own,
+    whatever its neighbours hold (inf, nan, nothing, only zeros) and however the groups fall."""
+    from tfamp_rewrite.doctor import probe_ops as probe_ops_module
+
+    monkeypatch.setattr(probe_ops_module, "GROUP_SIZE", group_size)
+    rng = np.random.default_rng(0)
+    values = {
+        "wide": (rng.standard_normal([3, 5, 7]) * 1e5).astype(np.float32),
+        "empty": np.zeros([0, 4], np.float32),
+        "zeros": np.zeros([6], np.float32),
+        "nan_first": np.array([np.nan, 2.0, 3.0, 7e4], np.float32),
+        "inf_last": np.array([1e-30, 5.0, -np.inf], np.float32),
+        "half": (rng.standard_normal([4, 9]) * 300).astype(np.float16),
+        "scalar": np.array(-2.0 ** -20, np.float32),
+        "tiny": np.array([1.2e-38, -1e-30, 0.0, 3e-8], np.float32),  # normal: the CPU flushes subnormals
+    }
+    graph = tf.Graph()
+    with graph.as_default():
+        feeds = {name: tf1.placeholder(v.dtype, None, name=name) for name, v in values.items()}
+        outputs = [tf.identity(p, name=name + "_y") for name, p in feeds.items()]
+    probe_ops = ProbeOps(graph, FP16)
+    probe_ops.add([Probe(t.name, t.op.name, "Identity", "clear", FORWARD) for t in outputs])
+    ids = probe_ops.select(outputs, feeds.values())
+    assert len(ids) == len(values)
+    with tf1.Session(graph=graph) as session:
+        counts, extrema = session.run(probe_ops.fetches(ids),
+                                      {feeds[name]: v for name, v in values.items()})
+    for row, name in enumerate(values):
+        want_counts, biggest, smallest = expected_stats(values[name], FP16.max_finite)
+        np.testing.assert_array_equal(counts[row], want_counts, err_msg=name)
+        np.testing.assert_equal(extrema[row][0], biggest, err_msg=name)
+        if smallest is not None:
+            assert extrema[row][1] == smallest, name
