@@ -158,3 +158,41 @@ def test_batch_norm_moving_averages_restore_from_a_checkpoint(tmp_path):
         saver.restore(session, path)
         for value in session.run(moving):
             np.testing.assert_array_equal(value, np.full_like(value, 7.0))
+
+
+@pytest.mark.parametrize("trainable", [False, True])
+def test_gradients_accumulated_over_runs_hand_their_overflow_to_the_step_that_applies_them(
+        caplog, trainable):
+    """The TF1 accumulation recipe: ``accum.assign_add(g)`` per micro-batch run, then
+    ``apply_gradients([(accum / n, w)])`` in a run of its own.  At the first scale the
+    gradients overflow float16: kept out of the accumulator, the applying step saw finite
+    zeros, never skipped, never lowered the scale, and the weights never moved."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        w = tf1.get_variable("w", initializer=tf.zeros([4, 1]))
+        loss = tf.reduce_sum(tf.square(tf.linalg.matmul(x, w) - 3.0))  # dloss/dpred * 32768: past 65504
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01), "dynamic")
+        accum = tf1.get_variable("accum", initializer=tf.zeros([4, 1]), trainable=trainable)
+        zero = accum.assign(tf.zeros_like(accum))
+        ((gradient, _),) = opt.compute_gradients(loss, [w])
+        add = accum.assign_add(gradient)
+        train = opt.apply_gradients([(accum / 2.0, w)])
+        scale = [v for v in tf1.global_variables() if "current_loss_scale" in v.name][0]
+        init = tf1.global_variables_initializer()
+    xs = np.full((8, 4), 0.25, np.float32)
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(12):
+            session.run(zero)
+            for _ in range(2):
+                session.run(add, {x: xs})
+            session.run(train)
+        weights, final_scale = session.run([w, scale])
+        assert not session.heals  # the loss scale's overflow, not float16's: nothing kept float32
+    assert final_scale < 2.0 ** 15 and (weights > 0.5).all()  # 3 skips, then it trains
+    said = [r.getMessage() for r in caplog.records]
+    assert any("a training step was skipped" in line for line in said)
+    for wrong in ("write(s) to non-trainable state", "computed no loss-scaled step",
+                  "writes to trainable variable"):
+        assert not any(wrong in line for line in said), wrong

@@ -35,8 +35,9 @@ from .devices import log_once
 from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import Origin
 from .origin_search import OriginSearch
-from .run_plans import ORIGIN
+from .run_plans import ORIGIN, RunPlans
 from .shadow_graph import ancestors, has_operation
+from .step_signals import gradient_accumulation_writes
 from .step_watch import AUTO_FIX_ENV
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
@@ -56,6 +57,7 @@ class InferenceWatch:
         self._hidden = HiddenNonFinite(shadow)
         self._hidden_in_steps = HiddenNonFinite(shadow, forward_only=True)
         self.search = OriginSearch(shadow)
+        self._micro_batches = RunPlans(shadow, self._adds_scaled_gradients)
         self._said_applied = False  # a training run's inf/nan with finite gradients: said once
         self._runs = 0             # inference runs, and training runs, counted for check_due
         self._step_runs = 0
@@ -69,6 +71,18 @@ class InferenceWatch:
         if self.said:
             return None
         return self._hidden.fetches(elements, fed) if self.check_due() else None
+
+    def adds_scaled_gradients(self, elements, fed=()) -> bool:
+        """Whether a run of ``elements`` (fed ``fed``) adds loss-scaled gradients into an
+        accumulator that a step applies in a run of its own (``gradient_accumulators``):
+        its inf/nan is the loss scale's, which that step's finite check sees and skips.
+        Such a run is not watched as an inference."""
+        return self._micro_batches.get(elements, fed)
+
+    def _adds_scaled_gradients(self, elements, fed) -> bool:
+        writes = gradient_accumulation_writes(self.shadow.user_graph)
+        return bool(writes) and any(self.shadow.user_name(op.name) in writes
+                                    for op in ancestors(elements, {t.name for t in fed}))
 
     def looking_for_origin(self) -> bool:
         """Whether the origin of what was said is being looked for (``OriginSearch.active``)."""

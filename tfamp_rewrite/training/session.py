@@ -244,14 +244,15 @@ class _RewritingSession:
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
+        infers = watched is None and not steps_unseen and not self._left_to_the_loss_scale(elements, fed)
         if watched is None:  # a run that infers: its hidden inf/nan checks, or the origin search
-            hidden = None if steps_unseen else self._inference.hidden_fetches(elements, fed)
+            hidden = self._inference.hidden_fetches(elements, fed) if infers else None
         else:  # a training run: what its forward pass hides, or the origin search
             hidden = self._inference.step_run_fetches(elements, fed)
         checkpoint = self._checkpoints.checkpoint_run(elements, feeds) if run.fed_strings else None
         if watched is None and checks is None and hidden is None:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
-            self._judge_run(None, None, steps_before, fetches, values)
+            self._judge_run(None, None, steps_before, fetches, values, infers=infers)
             if checkpoint is not None:
                 self._carry_heals(*checkpoint)
             return values
@@ -265,10 +266,19 @@ class _RewritingSession:
         if watched is not None:
             self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
-                        hidden, extra_values.get("hidden"), extra_values.get("steps"))
+                        hidden, extra_values.get("hidden"), extra_values.get("steps"), infers)
         if checkpoint is not None:
             self._carry_heals(*checkpoint)
         return values
+
+    def _left_to_the_loss_scale(self, elements, fed) -> bool:
+        """Whether a run of no step accumulating loss-scaled gradients
+        (``InferenceWatch.adds_scaled_gradients``) is left to the step that applies them: its
+        inf/nan skips that step and lowers the scale -- while the scale may still recover;
+        after that (a float16 overflow in the accumulated runs, which the applying step's
+        probes cannot see) the inference watch looks for its origin."""
+        return (self._watch is not None and self._inference.adds_scaled_gradients(elements, fed)
+                and self._watch.scale_may_recover())
 
     def _carry_heals(self, kind: str, prefix: str) -> None:
         """After a Saver's run: a save writes the nodes kept float32 beside the checkpoint
@@ -292,16 +302,20 @@ class _RewritingSession:
             raise
 
     def _judge_run(self, checks, statuses, steps_before: int, fetches, values, hidden=None,
-                   hidden_statuses=None, steps=None) -> None:
+                   hidden_statuses=None, steps=None, infers: bool = True) -> None:
         """After a run and its step watch: the deferred checks' verdict (``checks``: what
         ``DeferredChecks.fetches`` planned, ``statuses`` their values), then the inference
         watch's (``hidden``: what it planned): for a run that computed no loss-scaled step,
         and for one whose watched ``steps`` (``{i: (finite, scale)}``) applied but returned
-        or hid inf/nan, whose origin, once found, is healed (a NanTensorHook waits meanwhile)."""
+        or hid inf/nan, whose origin, once found, is healed (a NanTensorHook waits meanwhile).
+        ``infers``: False for a run of no step that accumulates loss-scaled gradients
+        (``InferenceWatch.adds_scaled_gradients``), which the inference watch leaves alone."""
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
         if step_watch.step_runs_so_far() == steps_before:
+            if not infers:
+                return
             found = self._inference.after_run(fetches, values, hidden, hidden_statuses)
             if found is not None and self._watch is not None:
                 self._heal_origin(found, "an inference run's inf/nan, traced to its node")
@@ -418,7 +432,8 @@ class _RewritingSession:
         checks = self._checks.fetches(fetches + targets, fed)
         check_tensors = [checks[1]] if checks else []
         watch = self._inference
-        hidden = (watch.step_hidden_plan if steps else watch.hidden_plan)(fetches + targets, fed)
+        infers = steps is not None or not self._left_to_the_loss_scale(fetches + targets, fed)
+        hidden = (watch.step_hidden_plan if steps else watch.hidden_plan)(fetches + targets, fed) if infers else None
         check_due = watch.step_check_due if steps else watch.check_due
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
@@ -449,7 +464,7 @@ class _RewritingSession:
             after_steps = len(fetches) + len(step_tensors)
             self._judge_run(checks, results[after_steps] if checks else None, steps_before,
                             list(callable_options.fetch), list(results[:len(fetches)]),
-                            hidden, results[-1] if checked else None, step_values)
+                            hidden, results[-1] if checked else None, step_values, infers)
             return results[:len(fetches)]
 
         return run_private, list(steps or ())

@@ -45,7 +45,7 @@ from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
-from .step_signals import in_loss_scaled_apply, step_signals
+from .step_signals import gradient_accumulators, in_loss_scaled_apply, step_signals
 from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -167,14 +167,15 @@ class ShadowGraph:
 
     def _state_variables(self) -> Tuple[Set[str], Set[str]]:
         """``(variables, writes to leave)`` for state_guard.py: the user graph's
-        ``state_variables`` when it holds a loss-scaled step (else none), and the operations
-        computed from a step's finite flag (an optimizer's own state, written in the branch
-        of steps that apply)."""
+        ``state_variables`` when it holds a loss-scaled step (else none) but the gradient
+        accumulators a step applies (their inf/nan must reach its finite check, which skips
+        it), and the operations computed from a step's finite flag (an optimizer's own
+        state, written in the branch of steps that apply)."""
         signals = step_signals(self.user_graph)
         if not signals:
             return set(), set()
         graph = self.user_graph
-        state = {v.op.name for v in state_variables(graph)}
+        state = {v.op.name for v in state_variables(graph)} - gradient_accumulators(graph)
         # Through data edges only: a write that merely waits on the train op (a MoCo queue's
         # control dependency) runs in skipped steps too.
         applied_only = {op.name for op in reachable(

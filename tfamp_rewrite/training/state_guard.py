@@ -57,7 +57,8 @@ _WRITES = {
 _SLICE_ATTRS = ("Index", "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                 "shrink_axis_mask")
 # What passes a variable (a ref or a handle) on unchanged: TF1 control flow, identities.
-_PASSING = ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter")
+PASSING = ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter")
+WRITE_OPS = frozenset(_WRITES)
 _SCOPE = "/tfamp_finite_only/"
 
 
@@ -127,7 +128,7 @@ def _unchanged(write, scope: str, what: str, dtype: int, value: str) -> List:
 def _variable_of(text: str, by_name) -> Optional[str]:
     """The variable node a write's first input (a ref or a handle) comes from, or None."""
     node = by_name.get(parse_input(text)[0])
-    while node is not None and node.op in _PASSING and node.input:
+    while node is not None and node.op in PASSING and node.input:
         node = by_name.get(parse_input(node.input[0])[0])
     return node.name if node is not None and node.op in VARIABLE_OPS else None
 

@@ -109,3 +109,44 @@ def in_skip_cond(op) -> bool:
             return True
         context = context.outer_context
     return False
+
+
+def gradient_accumulators(graph) -> set:
+    """The names of the variables whose values ``graph``'s loss-scaled steps apply as
+    gradients: gradients accumulated over several runs (``accum.assign_add(g)``, then
+    ``apply_gradients([(accum / n, w)])`` in a run of its own).  Found up the step's finite
+    flag's inputs, short of any backward pass (a ``gradients`` name scope), where the
+    gradients of a step that computes its own come from."""
+    from ..doctor.probes import in_backward_scope
+    from .variable_check import VARIABLE_OPS
+
+    found, seen = set(), set()
+    stack = [s.all_finite.op for s in step_signals(graph) if s.all_finite.graph is graph]
+    while stack:
+        op = stack.pop()
+        if op in seen or in_backward_scope(op.name):
+            continue
+        seen.add(op)
+        if op.type in VARIABLE_OPS:
+            found.add(op.name)
+            continue
+        stack.extend(t.op for t in op.inputs)
+    return found
+
+
+def gradient_accumulation_writes(graph) -> set:
+    """The names of ``graph``'s operations writing to a ``gradient_accumulators`` variable."""
+    accumulators = gradient_accumulators(graph)
+    if not accumulators:
+        return set()
+    from .state_guard import PASSING, WRITE_OPS
+
+    writes = set()
+    for op in graph.get_operations():
+        if op.type in WRITE_OPS and op.inputs:
+            source = op.inputs[0].op
+            while source.type in PASSING and source.inputs:
+                source = source.inputs[0].op
+            if source.name in accumulators:
+                writes.add(op.name)
+    return writes

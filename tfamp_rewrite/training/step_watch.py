@@ -464,6 +464,11 @@ class StepWatch:
             then = self._restart_loss_scales(signals, run_private)
         self._heal(heal, finding.half_nodes, twins, then)
 
+    def scale_may_recover(self) -> bool:
+        """Whether every step's skips may still end without the session's help elsewhere:
+        the scale can fall further, or a diagnosis is to come (``_can_recover``)."""
+        return all(self._can_recover(guard) for guard in self._guards.values())
+
     def can_heal(self) -> bool:
         """Whether this session may heal once more (healing on, no Horovod, under the limit)."""
         return (self.auto_fix and not _runs_collectives(self.shadow.user_graph)

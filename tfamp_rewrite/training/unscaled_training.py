@@ -33,7 +33,7 @@ import tensorflow as tf
 from .devices import log_once
 from .keras_compat import loss_scale_optimizer_name
 from .shadow_graph import ancestors, downstream_of, reachable
-from .step_signals import step_signals
+from .step_signals import gradient_accumulators, step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
 _ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSubVariableOp",
@@ -83,11 +83,13 @@ def unscaled_updates(graph, dtype: str) -> List:
 
 def unguarded_writes(graph) -> Dict[str, str]:
     """``{assign op name: variable name}``: assignments to trainable variables of values
-    computed from a loss-scaled step's gradients that do not wait on its finite flag."""
+    computed from a loss-scaled step's gradients that do not wait on its finite flag --
+    but to a variable the step applies as gradients (an accumulator, which hands the inf/nan
+    to the step's finite check)."""
     signals = [s for s in step_signals(graph) if s.all_finite.graph is graph]
     if not signals:
         return {}
-    trainable = {v.op.name for v in graph.get_collection("trainable_variables")}
+    trainable = {v.op.name for v in graph.get_collection("trainable_variables")} - gradient_accumulators(graph)
     assigns = [op for op in graph.get_operations()
                if op.type in _ASSIGN_OPS and op.inputs[0].op.name in trainable]
     if not assigns:
