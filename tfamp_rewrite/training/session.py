@@ -433,7 +433,9 @@ class _RewritingSession:
         check_tensors = [checks[1]] if checks else []
         watch = self._inference
         infers = steps is not None or not self._left_to_the_loss_scale(fetches + targets, fed)
-        hidden = (watch.step_hidden_plan if steps else watch.hidden_plan)(fetches + targets, fed) if infers else None
+        hidden = None
+        if infers:
+            hidden = (watch.step_hidden_plan if steps else watch.hidden_plan)(fetches + targets, fed)
         check_due = watch.step_check_due if steps else watch.check_due
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)

@@ -89,7 +89,8 @@ def unguarded_writes(graph) -> Dict[str, str]:
     signals = [s for s in step_signals(graph) if s.all_finite.graph is graph]
     if not signals:
         return {}
-    trainable = {v.op.name for v in graph.get_collection("trainable_variables")} - gradient_accumulators(graph)
+    trainable = ({v.op.name for v in graph.get_collection("trainable_variables")}
+                 - gradient_accumulators(graph))
     assigns = [op for op in graph.get_operations()
                if op.type in _ASSIGN_OPS and op.inputs[0].op.name in trainable]
     if not assigns:
