@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import os
 
 import numpy as np
@@ -652,12 +653,21 @@ def test_fed_gradients_are_warned_about_only_where_the_graph_computes_unscaled_o
         assert said == []
 
 
-@pytest.mark.parametrize("model", ["clipped_in_custom_gradient", "clipped_in_forward", "clipped_normalized"])
+CLIPS_IN_BACKPROP = {  # model -> the op the warning names (None: no warning)
+    "clipped_in_custom_gradient": "clip_by_value/Minimum", "clipped_in_forward": None,
+    "clipped_normalized": None, "clipped_by_global_norm": "clip_by_global_norm/Minimum",
+    "clipped_by_average_norm": "clip_by_average_norm/Minimum", "guarded_forward_value": None,
+    "guarded_then_clipped": "clip_by_value/Minimum"}
+
+
+@pytest.mark.parametrize("model", sorted(CLIPS_IN_BACKPROP))
 def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch, caplog, model):
-    """A custom gradient that clips dy to +-0.1 clips the scaled gradient: one warning.  A
-    forward clip_by_value, relu6 and a Huber loss differentiate through selects: none.  Nor
-    a clip of dy divided by its own maximum, multiplied back (DoReFa's gradient quantizer):
-    it bites the same at any scale."""
+    """A custom gradient that clips dy to +-0.1, or by a global or average norm (a bound
+    computed from constants: ``1 / clip_norm``), clips the scaled gradient: one warning,
+    naming that clip.  A forward clip_by_value, relu6 and a Huber loss differentiate through
+    selects: none.  Nor a clip of dy divided by its own maximum, multiplied back (DoReFa's
+    gradient quantizer): it bites the same at any scale.  Nor a bound on a forward value in
+    a gradient (``dy * x / max(norm, 1e-6)``): it sees no scale."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setattr(devices, "_logged", set())
@@ -665,6 +675,19 @@ def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch
     @tf.custom_gradient
     def clip_gradient(value):
         return tf.identity(value), lambda dy: tf.clip_by_value(dy, -0.1, 0.1)
+
+    @tf.custom_gradient
+    def clip_by_norms(value):
+        def grad(dy):
+            if model == "clipped_by_global_norm":
+                return tf.clip_by_global_norm([dy], 1.0)[0][0]
+            return tf1.clip_by_average_norm(dy, 1.0)
+        return tf.identity(value), grad
+
+    @tf.custom_gradient
+    def safe_norm(value):
+        norm = tf.sqrt(tf.reduce_sum(tf.square(value), axis=-1, keepdims=True))
+        return norm, lambda dy: dy * value / tf.maximum(norm, 1e-6)
 
     @tf.custom_gradient
     def clip_normalized(value):
@@ -678,17 +701,24 @@ def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch
         x = tf1.placeholder(tf.float32, [8, 4], name="x")
         w = tf1.get_variable("w", [4, 1])
         pred = tf.matmul(x, w)
-        if model == "clipped_in_custom_gradient":
-            pred = clip_gradient(pred)
-        elif model == "clipped_normalized":
+        if model == "clipped_normalized":
             pred = clip_normalized(pred)
-        else:
+        elif model in ("clipped_by_global_norm", "clipped_by_average_norm"):
+            pred = clip_by_norms(pred)
+        elif model == "clipped_in_forward":
             pred = tf.nn.relu6(tf.clip_by_value(pred, -5.0, 5.0))
+        if model in ("guarded_forward_value", "guarded_then_clipped"):
+            pred = safe_norm(tf.concat([pred, pred], 1))
+        if model in ("clipped_in_custom_gradient", "guarded_then_clipped"):
+            pred = clip_gradient(pred)
         loss = tf1.losses.huber_loss(tf.ones([8, 1]), pred)
         with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
             LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)
     said = [r.getMessage() for r in caplog.records if "clips values to constant bounds" in r.getMessage()]
-    assert len(said) == (1 if model == "clipped_in_custom_gradient" else 0), said
+    named = CLIPS_IN_BACKPROP[model]
+    assert len(said) == (0 if named is None else 1), said
+    if named is not None:
+        assert re.search(r"\('gradients/[^']*%s'" % re.escape(named), said[0]), said[0]
 
 
 def test_a_float64_variable_is_unscaled_in_float64_and_skipped_with_the_rest():

@@ -183,10 +183,15 @@ def _warn_if_backprop_clips(backprop_ops) -> None:
     """Says once when the backprop of a scaled loss clips values to constant bounds: a
     gradient clipped inside ``tf.custom_gradient`` or a ``gradient_override_map`` sees it
     multiplied by the loss scale, so it clips where float32 would not, and the update,
-    divided by the scale afterwards, shrinks by it."""
+    divided by the scale afterwards, shrinks by it.  A clip counts when what it clips is
+    computed from the backprop's seed (a bound on a forward value, ``max(norm, 1e-6)``,
+    sees no scale) and its bound from constants only (``clip_by_global_norm``'s
+    ``1 / clip_norm`` included)."""
+    backprop = set(backprop_ops)
     for op in backprop_ops:
         if (op.type in _CLIPS and op.outputs[0].dtype.is_floating
-                and any(_constant(t) for t in op.inputs[1:]) and not _normalized(op.inputs[0])):
+                and any(_constant(t) for t in op.inputs[1:]) and _from_the_seed(op.inputs[0], backprop)
+                and not _normalized(op.inputs[0], backprop)):
             log_once(
                 "tfamp_rewrite: the backprop of a loss-scaled loss clips values to constant bounds "
                 "(%r, %s): a gradient clipped inside tf.custom_gradient or gradient_override_map is "
@@ -199,12 +204,31 @@ def _warn_if_backprop_clips(backprop_ops) -> None:
 
 _REDUCTIONS = frozenset({"Max", "Sum", "Mean", "EuclideanNorm"})
 _NORMALIZED_WITHIN = 4  # ops up from a clip's input to the division that makes it scale-free
+_SEEDS = frozenset({"Fill", "OnesLike"})  # what tf.gradients starts a backprop from
+_CONSTANT_ARITHMETIC = frozenset({"Const", "Identity", "RealDiv", "Div", "Mul", "Reciprocal", "Cast",
+                                  "Neg", "Sub", "AddV2", "Add"})
 
 
-def _normalized(tensor) -> bool:
-    """Whether ``tensor`` was divided by a reduction a few ops up (DoReFa's gradient
-    quantizer clips ``g / max|g|``, then multiplies back): a clip of it bites the same at
-    any loss scale."""
+def _from_the_seed(tensor, backprop) -> bool:
+    """Whether ``tensor`` is computed, within the ``backprop`` ops, from the seed of the
+    gradient (a ``Fill`` of ones, or the ``grad_ys`` fed to it): it carries the scale."""
+    stack, seen = [tensor.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen or op not in backprop:
+            continue
+        seen.add(op)
+        if op.type in _SEEDS:
+            return True
+        stack.extend(t.op for t in op.inputs)
+    return False
+
+
+def _normalized(tensor, backprop) -> bool:
+    """Whether ``tensor`` was divided by a reduction a few ops up, the numerator carrying
+    the scale too (DoReFa's gradient quantizer clips ``g / max|g|``, then multiplies back):
+    a clip of it bites the same at any loss scale.  ``1 / norm`` (clip_by_global_norm's
+    factor) shrinks with the scale: not normalized."""
     level, seen = [tensor.op], set()
     for _ in range(_NORMALIZED_WITHIN):
         upstream = []
@@ -212,7 +236,8 @@ def _normalized(tensor) -> bool:
             if op in seen:
                 continue
             seen.add(op)
-            if op.type in ("RealDiv", "Div", "DivNoNan") and _reduction_within(op.inputs[1], 3):
+            if (op.type in ("RealDiv", "Div", "DivNoNan") and _reduction_within(op.inputs[1], 3)
+                    and _from_the_seed(op.inputs[0], backprop)):
                 return True
             upstream.extend(t.op for t in op.inputs)
         level = upstream
@@ -227,10 +252,17 @@ def _reduction_within(tensor, depth: int) -> bool:
 
 
 def _constant(tensor) -> bool:
-    op = tensor.op
-    while op.type == "Identity" and op.inputs:
-        op = op.inputs[0].op
-    return op.type == "Const"
+    """Whether ``tensor`` is computed from constants only, by arithmetic (``1.0 / clip_norm``)."""
+    stack, seen = [tensor.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if op.type not in _CONSTANT_ARITHMETIC or (op.type != "Const" and not op.inputs):
+            return False
+        stack.extend(t.op for t in op.inputs)
+    return True
 
 
 def _depends_on_any(tensors, ops, through_variables=True) -> bool:
