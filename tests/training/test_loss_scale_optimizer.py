@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import os
+import re
 
 import numpy as np
 import pytest
