@@ -746,3 +746,27 @@ def test_histogram_summaries_leave_the_non_finite_values_of_skipped_steps_out(cp
     assert counts(applied) == {"w/gradient": 3, "b/gradient": 1}
     assert sum("histogram summaries" in r.getMessage() for r in caplog.records) == 1
     assert not [op for op in problem.graph.get_operations() if "tfamp" in op.name]
+
+
+def test_a_graph_trained_with_loss_scaling_is_freed_once_its_session_and_tensors_are_gone():
+    """A sweep builds a graph per trial: each was kept alive by the step signals' registry
+    (keyed by graph, weakly, but holding the graph's own tensors), growing memory per trial."""
+    import gc
+    import weakref
+
+    def trial():
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf1.placeholder(tf.float32, [None, 4], name="x")
+            w = tf1.get_variable("w", initializer=tf.ones([4, 1]))
+            loss = tf.reduce_mean(tf.square(tf.linalg.matmul(x, w)))
+            train = LossScaleOptimizer(tf1.train.AdamOptimizer(0.1), "dynamic").minimize(loss)
+            init = tf1.global_variables_initializer()
+        with Session(graph=graph) as session:
+            session.run(init)
+            session.run(train, {x: np.ones([2, 4], np.float32)})
+        return weakref.ref(graph)
+
+    graphs = [trial() for _ in range(3)]
+    gc.collect()
+    assert [ref() for ref in graphs] == [None, None, None]

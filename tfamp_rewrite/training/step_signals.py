@@ -1,7 +1,9 @@
 """What each loss-scaled training step tells: the scale it used and whether it was applied.
 
 ``LossScaleOptimizer.apply_gradients`` registers one ``StepSignal`` per train op it builds,
-keyed by the graph (weakly: the registry never keeps a graph alive).  Sessions fetch the two
+in a list held by the graph itself: the signals' tensors hold their graph, so a registry
+keyed by graph, even weakly, would keep every graph alive (a hyperparameter sweep building
+a graph per trial grew by each one); graph and list form a cycle the collector frees.  Sessions fetch the two
 tensors alongside every run that computes them anyway -- the step's own finite flag and its
 loss scale as read before the step's update -- so watching the steps costs two scalars per
 step and no extra computation (``skip_guard``).
@@ -9,11 +11,10 @@ step and no extra computation (``skip_guard``).
 from __future__ import annotations
 
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-_registry: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SIGNALS = "_tfamp_step_signals"  # the graph's attribute holding its signals
 _lock = threading.Lock()
 
 
@@ -39,18 +40,22 @@ NOT_RUN = -1.0  # an exported flag's and scale's value when the step's branch wa
 
 def register(graph, signal: StepSignal) -> None:
     with _lock:
-        _registry.setdefault(graph, []).append(signal)
+        signals = getattr(graph, _SIGNALS, None)
+        if signals is None:
+            signals = []
+            setattr(graph, _SIGNALS, signals)
+        signals.append(signal)
 
 
 def has_step_signals(graph) -> bool:
     """Whether ``graph`` has a loss-scaled train op (no lock: its answer only grows)."""
-    return bool(_registry.get(graph))
+    return bool(getattr(graph, _SIGNALS, None))
 
 
 def step_signals(graph) -> List[StepSignal]:
     """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built."""
     with _lock:
-        return list(_registry.get(graph, ()))
+        return list(getattr(graph, _SIGNALS, ()))
 
 
 def in_loss_scaled_apply(op) -> bool:
