@@ -770,3 +770,38 @@ def test_a_graph_trained_with_loss_scaling_is_freed_once_its_session_and_tensors
     graphs = [trial() for _ in range(3)]
     gc.collect()
     assert [ref() for ref in graphs] == [None, None, None]
+
+
+@pytest.mark.tf1_behavior  # TF2 behaviour gives every graph thread-local stacks already
+def test_each_thread_building_in_the_private_graph_has_its_own_stacks(monkeypatch):
+    """A3C workers and serving pools call Session.run from several threads, and a run may
+    build its plans' ops in the session's private graph then: a TF1 graph shares its
+    name-scope, colocation and control-dependency stacks between threads, and two threads
+    building at once popped each other's ('IndexError: pop from empty list'), or built
+    their ops where another thread's colocation put them."""
+    import threading
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        tf.identity(tf.linalg.matmul(x, tf.ones([4, 4])), name="y")
+    with Session(graph=graph) as session:
+        session.run("y:0", {x: np.ones([1, 4], np.float32)})
+        private = session._shadow.graph  # pylint: disable=protected-access
+        inside, seen = threading.Event(), {}
+
+        def hold_a_colocation():
+            with private.as_default(), private.colocate_with(private.get_operations()[0]):
+                inside.set()
+                done.wait()
+
+        done = threading.Event()
+        holder = threading.Thread(target=hold_a_colocation)
+        holder.start()
+        inside.wait()
+        with private.as_default():
+            seen["groups"] = tf.constant(1.0, name="built_beside").op.colocation_groups()
+        done.set()
+        holder.join()
+    assert seen["groups"] == [b"loc:@built_beside"]  # not the other thread's op's

@@ -67,6 +67,10 @@ class ShadowGraph:
         # loaded the op library: the private graph then uses stock TensorFlow ops only.
         self.session_target = session_target or ""
         self.graph = tf.Graph()
+        # Runs build ops here lazily, from whatever thread calls Session.run (A3C workers,
+        # a serving pool): each thread needs its own name-scope, colocation and
+        # control-dependency stacks, which a TF1 graph shares between threads otherwise.
+        self.graph.switch_to_thread_local()
         self.target = target
         self.dtype = dtype
         self.numerics = numerics
