@@ -1401,3 +1401,28 @@ def test_state_the_steps_read_holding_nan_is_named_and_nothing_is_healed(caplog)
     (said,) = [r.getMessage() for r in caplog.records if "holds inf/nan" in r.getMessage()]
     assert "because state the steps read is not finite: variable 'bank' holds inf/nan" in said
     assert "A write of an earlier run put it there" in said
+
+
+def test_a_gradient_no_optimizer_applies_is_no_culprit(caplog):
+    """Feature maximisation through a frozen conv: tf.gradients builds the frozen kernel's
+    gradient beside the image's (~1e7 unscaled, beyond float16 at any scale), but no step's
+    finite check reads it.  It was blamed and healed, and the scale restarted for nothing."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        image = tf1.get_variable("image", initializer=rng.uniform(0, 255, (1, 16, 16, 3)).astype(np.float32))
+        kernel = tf1.get_variable("frozen_kernel", trainable=False,
+                                  initializer=rng.normal(0, 0.3, (3, 3, 3, 8)).astype(np.float32))
+        features = tf.nn.relu(tf.nn.conv2d(image - 120.0, kernel, [1, 1, 1, 1], "SAME"))
+        loss = -800.0 * tf.reduce_sum(features[..., 0])
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1.0), "dynamic")
+        train = opt.minimize(loss, var_list=[image])
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(24):
+            session.run(train)
+        assert not session.heals
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "Conv2DBackpropFilter" not in said
+    assert "until the loss scale fell far enough" in said  # the image's gradient needed a lower scale

@@ -198,6 +198,11 @@ def _in_control_flow(view: GraphView) -> Dict[int, str]:
                                       for i in range(len(view.nodes))])
 
 
+def in_unscale_scope(name: str) -> bool:
+    """Whether node ``name`` belongs to a loss-scaled step's unscale and finite check."""
+    return bool(_UNSCALE_SCOPE.search(name))
+
+
 def in_backward_scope(name: str) -> bool:
     """Whether node ``name`` belongs to a backward pass (a ``gradients/`` scope)."""
     return bool(_BACKWARD_SCOPE.search(name))

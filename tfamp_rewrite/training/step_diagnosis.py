@@ -10,6 +10,8 @@ one as the float32 value emulation rounds.  ``fetches(elements, fed)`` gives the
 the step computes anyway (never an extra run of input ops); ``find`` reads them::
 
     for each probed tensor, in topological order:
+        no step's finite check reads it (a frozen layer's kernel gradient, built by
+          tf.gradients and applied by no optimizer): it cannot skip a step; skip it
         an input (probed) is already inf/nan:          a victim; skip it
         its producer is half and it holds inf/nan or values beyond the half range,
           or it is float32, read in half, with finite values beyond the half range:
@@ -48,6 +50,7 @@ from ..doctor.probes import (
     HalfNode,
     Probe,
     in_backward_scope,
+    in_unscale_scope,
     plan_boundary_probes,
     plan_probes,
 )
@@ -100,6 +103,8 @@ class StepDiagnosis:
             for tensor in tensors:
                 self._readers.setdefault(tensor.split(":")[0], []).append(node)
         self._loops = while_loops(user_def, self._readers)
+        self._checked = _upstream_of([node.name for node in user_def.node if in_unscale_scope(node.name)],
+                                     self._inputs)
         probes = plan_probes(user_def, rewritten_def, report).probes
         held = self._held = {p.tensor for p in probes}
         self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
@@ -133,6 +138,8 @@ class StepDiagnosis:
         nonfinite: Dict[str, bool] = {name: True for name in nonfinite_inputs}
         for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
             probe = self._by_private[self.ops.probes[probe_id].tensor]
+            if self._checked and probe.node not in self._checked:
+                continue  # what reaches no finite check skips no step
             if any(self._tainted(t, nonfinite) for t in self._inputs.get(probe.node, ())):
                 nonfinite[probe.tensor] = True
                 continue  # a victim: what it reads is already inf/nan
@@ -304,6 +311,17 @@ class StepDiagnosis:
                        max_abs=largest if np.isfinite(largest) else float("inf"),
                        half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
                        fix=fix_for(probe.half_nodes), presumed=presumed)
+
+
+def _upstream_of(nodes: List[str], inputs: Dict[str, List[str]]) -> Set[str]:
+    """``nodes`` and every node they read, through data inputs."""
+    found, stack = set(), list(nodes)
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(tensor.split(":")[0] for tensor in inputs.get(node, ()))
+    return found
 
 
 def _names(half_nodes) -> str:
