@@ -10,8 +10,10 @@ one as the float32 value emulation rounds.  ``fetches(elements, fed)`` gives the
 the step computes anyway (never an extra run of input ops); ``find`` reads them::
 
     for each probed tensor, in topological order:
-        no step's finite check reads it (a frozen layer's kernel gradient, built by
-          tf.gradients and applied by no optimizer): it cannot skip a step; skip it
+        no step's finite check reads it or its half nodes (a frozen layer's kernel
+          gradient, built by tf.gradients and applied by no optimizer): it cannot skip a
+          step; skip it (a loss's float32 Log is read by no gradient, but the half value
+          it reads is)
         an input (probed) is already inf/nan:          a victim; skip it
         its producer is half and it holds inf/nan or values beyond the half range,
           or it is float32, read in half, with finite values beyond the half range:
@@ -138,7 +140,8 @@ class StepDiagnosis:
         nonfinite: Dict[str, bool] = {name: True for name in nonfinite_inputs}
         for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
             probe = self._by_private[self.ops.probes[probe_id].tensor]
-            if self._checked and probe.node not in self._checked:
+            if self._checked and probe.node not in self._checked and not any(
+                    n.name in self._checked for n in probe.half_nodes):
                 continue  # what reaches no finite check skips no step
             if any(self._tainted(t, nonfinite) for t in self._inputs.get(probe.node, ())):
                 nonfinite[probe.tensor] = True
