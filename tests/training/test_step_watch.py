@@ -1426,3 +1426,17 @@ def test_a_gradient_no_optimizer_applies_is_no_culprit(caplog):
     said = "\n".join(r.getMessage() for r in caplog.records)
     assert "Conv2DBackpropFilter" not in said
     assert "until the loss scale fell far enough" in said  # the image's gradient needed a lower scale
+
+
+def test_the_first_skipped_step_is_said_once_per_process_not_per_session(caplog):
+    """A hyperparameter sweep or a k-fold loop trains a fresh session (and graph) per trial,
+    and each skips its first steps alike: the "(said once)" line was said per session."""
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        for _ in range(3):
+            parts = scale_net()
+            with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+                session.run(parts["init"])
+                train(parts, session, 24)
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "a training step was skipped" in m]) == 1
+    assert len([m for m in said if "until the loss scale fell far enough" in m]) == 1

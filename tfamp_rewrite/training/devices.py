@@ -110,6 +110,15 @@ def session_rewrite_target(dtype: str = "float16") -> Tuple[Optional[str], str]:
                   % (needed + (seen, dtype + " AMP", TARGET_ENV)))
 
 
+def first_time(key: str) -> bool:
+    """True the first time this process asks about ``key`` (kept with what ``log_once``
+    said): a line whose text varies, said once per process, not per session."""
+    if key in _logged:
+        return False
+    _logged.add(key)
+    return True
+
+
 def log_once(message: str) -> None:
     """Logs ``message`` as a warning the first time only."""
     if message not in _logged:

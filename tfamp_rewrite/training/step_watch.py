@@ -41,6 +41,7 @@ import numpy as np
 from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
+from .devices import first_time
 from .heal_memory import HEAL_FILE_ENV, remember_healed
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import ancestors
@@ -521,7 +522,9 @@ class StepWatch:
                 "which this one then writes (said once)" % (HEALS_BESIDE_CHECKPOINTS, HEAL_FILE_ENV))
 
     def _say_first_skip(self, scale: float, signal, several: bool) -> None:
-        if self._said_skip:
+        """Said once per process: a sweep's every trial, a k-fold's every session skips its
+        first steps alike."""
+        if self._said_skip or not first_time("a training step was skipped"):
             return
         self._said_skip = True
         which = ""
@@ -534,7 +537,7 @@ class StepWatch:
                  "long run of such steps is diagnosed (said once)" % (which, scale))
 
     def _say_settled(self, episode, scale: float) -> None:
-        if self._said_settled:
+        if self._said_settled or not first_time("the loss scale settled"):
             return
         self._said_settled = True
         _logger.warning(
