@@ -15,6 +15,11 @@ float32 (``after_run``).  What to keep:
     for a TF1 while loop's Exit, the loop's converted nodes (while_loops.py): its tensors
       cannot be fetched, so its inf/nan is first seen leaving it
 
+A run whose inf/nan first shows in a fed or float32 value (an L-BFGS loop feeding back the
+NaN image an earlier run returned) still keeps the half nodes that overflow on their own
+beside it; with none, it is one of the search's runs, and mixed precision is said not to
+cause it only once they all end so.
+
 After a heal (``healed``) a run that returns inf/nan again starts the search again
 (``again_if_non_finite``); the session's heal limit bounds the rounds.  A search that
 finds nothing in ``ORIGIN_RUNS`` runs says so, and so does a session closed mid-search.
@@ -140,14 +145,15 @@ class OriginSearch:
                          "float32 nodes; tfamp-rewrite doctor, given such an input, names the node "
                          "(said once)" % (ORIGIN_RUNS, self.shadow.dtype))
             return None
-        self._runs_left = 0
+        independent = NonFiniteOrigin.independent(plan.entries, statuses)
         keep = origin.nodes_to_keep()
-        if not keep:
-            log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside %s: %s %r "
-                     "holds it before any %s node reads it, so mixed precision did not cause it "
-                     "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
-                                      else "the float32 value", origin.tensor, self.shadow.dtype))
-            return None
+        if not keep:  # fed or float32 -- a half node may still overflow on its own beside it
+            own = [each for each in independent if each.nodes_to_keep()]
+            if not own:
+                self._outside_float16(origin)
+                return None
+            origin, keep = own[0], own[0].nodes_to_keep()
+        self._runs_left = 0
         loop = self._loop_left_by(origin)
         if loop is not None:
             frame, keep = loop
@@ -161,8 +167,7 @@ class OriginSearch:
         else:
             where = "%r (%s) is the first %s node computing inf/nan" % (
                 origin.node, origin.op, self.shadow.dtype)
-        others = [each for each in NonFiniteOrigin.independent(plan.entries, statuses)
-                  if each is not origin and each.nodes_to_keep()]
+        others = [each for each in independent if each is not origin and each.nodes_to_keep()]
         keep = self._with_half_readers(origin, keep)
         for each in others:
             keep = keep + [name for name in self._with_half_readers(each, each.nodes_to_keep())
@@ -178,6 +183,19 @@ class OriginSearch:
                      where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
                      ["^%s$" % re.escape(name) for name in keep + twins]))
         return origin, keep
+
+    def _outside_float16(self, origin: Origin) -> None:
+        """A run whose inf/nan starts in a fed or float32 value, no half node overflowing on
+        its own: it rules nothing out -- an L-BFGS loop feeds back the NaN image an earlier
+        run returned -- so the search goes on over the next runs, and says, when they end
+        alike, that mixed precision did not cause it."""
+        self._runs_left -= 1
+        if self._runs_left > 0:
+            return
+        log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside %s: %s %r "
+                 "holds it before any %s node reads it, so mixed precision did not cause it "
+                 "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
+                                  else "the float32 value", origin.tensor, self.shadow.dtype))
 
     def _loop_left_by(self, origin: Origin) -> Optional[Tuple[str, List[str]]]:
         """(frame, its converted nodes) when ``origin`` is the Exit of a TF1 while loop with
