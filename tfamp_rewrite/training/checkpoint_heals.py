@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..doctor.heal_files import beside_checkpoint, heal_file_exists, kept_in, write_heal_file
-from .devices import log_once
+from .devices import first_time, log_once
 from .heal_memory import HEAL_FILE_ENV
 from .shadow_graph import has_operation
 
@@ -98,9 +98,11 @@ def kept_beside(prefix: str, graph) -> List[str]:
                  "the file, and the next save writes it again (said once)" % (path, error))
         return []
     present = [name for name in listed if has_operation(graph, name)]
-    log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "
-             "(%s): this session keeps the %d of them its graph holds float32 too (said once)"
-             % (len(listed), path, len(present)))
+    # said once per file, by a session it changes (an Estimator's predict graph holds none)
+    if present and first_time("heals restored from " + path):
+        log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "
+                 "(%s): this session keeps the %d of them its graph holds float32 too (said once)"
+                 % (len(listed), path, len(present)))
     return present
 
 
