@@ -198,15 +198,18 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
 
 def test_a_long_first_probed_step_says_how_long_it_took_once(monkeypatch, caplog):
     """The pause a diagnosis makes (building the probes, TensorFlow preparing the step with
-    them) is said, with its length, once; a quick one is not."""
+    them) is said, with its length, once; the one after a heal (a new generation of the
+    graph, prepared anew) once more; a quick one is not."""
     monkeypatch.setattr(step_watch, "PAUSE_SAID_AFTER", 0.0)
     parts = overflow_net()
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=parts["graph"]) as session:
             session.run(parts["init"])
             train(parts, session, 12)
+            assert session.heals
     said = [r.getMessage() for r in caplog.records if "fetching the range probes" in r.getMessage()]
-    assert len(said) == 1 and re.search(r"of \d+ float16 tensors took \d+\.\d s", said[0])
+    assert len(said) == 2 and re.search(r"of \d+ float16 tensors took \d+\.\d s", said[0])
+    assert said[1].startswith("tfamp_rewrite: after the heal, the first step fetching the range probes took")
     monkeypatch.setattr(step_watch, "PAUSE_SAID_AFTER", 1e9)
     monkeypatch.setattr(step_watch, "_said_probing_pause", False)
     monkeypatch.setattr(step_watch, "_said_probing", False)

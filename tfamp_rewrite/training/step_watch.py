@@ -314,12 +314,18 @@ class StepWatch:
             return
         (start, probes), self._probing_since = self._probing_since, None
         took = time.perf_counter() - start
-        if took < PAUSE_SAID_AFTER or _said_probing_pause:
+        if took < PAUSE_SAID_AFTER:
             return
-        _said_probing_pause = True
-        log_info("tfamp_rewrite: the first step fetching the range probes of %d %s tensors took "
-                 "%.1f s: TensorFlow optimizes and prepares a step with them once per kind of run; "
-                 "the steps after it take as long as before (said once)" % (probes, self.shadow.dtype, took))
+        if not _said_probing_pause:
+            _said_probing_pause = True
+            log_info("tfamp_rewrite: the first step fetching the range probes of %d %s tensors took "
+                     "%.1f s: TensorFlow optimizes and prepares a step with them once per kind of "
+                     "run; the steps after it take as long as before (said once)"
+                     % (probes, self.shadow.dtype, took))
+        elif self.heals and first_time("a probed step paused after a heal"):
+            log_info("tfamp_rewrite: after the heal, the first step fetching the range probes took "
+                     "%.1f s again: each heal imports a new generation of the graph, which "
+                     "TensorFlow optimizes and prepares anew with its probes (said once)" % took)
 
     def _note_scale(self, i: int, scale: float, applied: bool, loss_scale) -> None:
         """Says, once, a dynamic loss scale that rose between two steps of its train op by
