@@ -792,9 +792,11 @@ def test_each_thread_building_in_the_private_graph_has_its_own_stacks(monkeypatc
         inside, seen = threading.Event(), {}
 
         def hold_a_colocation():
-            with private.as_default(), private.colocate_with(private.get_operations()[0]):
-                inside.set()
-                done.wait()
+            first = private.get_operations()[0]
+            with private.as_default():
+                with private.colocate_with(first):
+                    inside.set()
+                    done.wait()
 
         done = threading.Event()
         holder = threading.Thread(target=hold_a_colocation)
