@@ -464,7 +464,7 @@ class StepWatch:
             # The gradient flowing on past the last heal's is as large: restarting the scale
             # would cost a fall to the floor (15 skipped steps) for each layer of the chain.
             then = ("; the loss scale stays where it is, as the heal before this one also kept "
-                    "gradients too large for %s at any scale float32: the next of such a chain "
+                    "float32 gradients too large for %s at any scale: the next of such a chain "
                     "is named within a step or two, and the scale grows again as usual"
                     % self.shadow.dtype)
         else:
