@@ -12,6 +12,7 @@ import tensorflow as tf
 import tfamp_rewrite
 from tfamp_rewrite.training import devices
 from tfamp_rewrite.training.state_guard import guard_state_writes
+from tfamp_rewrite.training.step_signals import gradient_accumulators
 
 tf1 = tf.compat.v1
 
@@ -177,9 +178,12 @@ def test_gradients_accumulated_over_runs_hand_their_overflow_to_the_step_that_ap
         zero = accum.assign(tf.zeros_like(accum))
         ((gradient, _),) = opt.compute_gradients(loss, [w])
         add = accum.assign_add(gradient)
-        train = opt.apply_gradients([(accum / 2.0, w)])
+        train = opt.apply_gradients([(accum / 2.0 + 1e-4 * w, w)])  # with a weight decay read
         scale = [v for v in tf1.global_variables() if "current_loss_scale" in v.name][0]
         init = tf1.global_variables_initializer()
+    # the loss scale and the decayed weight are read by the finite check too, but no write
+    # outside the apply branch fills them from a backward pass
+    assert gradient_accumulators(graph) == {"accum"}
     xs = np.full((8, 4), 0.25, np.float32)
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
         session.run(init)

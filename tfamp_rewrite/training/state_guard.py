@@ -59,6 +59,11 @@ _SLICE_ATTRS = ("Index", "begin_mask", "end_mask", "ellipsis_mask", "new_axis_ma
 # What passes a variable (a ref or a handle) on unchanged: TF1 control flow, identities.
 PASSING = ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter")
 WRITE_OPS = frozenset(_WRITES)
+
+
+def value_input(op_type: str) -> int:
+    """The input of a write op (one of ``WRITE_OPS``) holding the value it writes."""
+    return _WRITES[op_type][1]
 _SCOPE = "/tfamp_finite_only/"
 
 

@@ -119,39 +119,59 @@ def in_skip_cond(op) -> bool:
 def gradient_accumulators(graph) -> set:
     """The names of the variables whose values ``graph``'s loss-scaled steps apply as
     gradients: gradients accumulated over several runs (``accum.assign_add(g)``, then
-    ``apply_gradients([(accum / n, w)])`` in a run of its own).  Found up the step's finite
-    flag's inputs, short of any backward pass (a ``gradients`` name scope), where the
-    gradients of a step that computes its own come from."""
+    ``apply_gradients([(accum / n, w)])`` in a run of its own)."""
+    return set(_accumulation(graph).values())
+
+
+def gradient_accumulation_writes(graph) -> set:
+    """The names of ``graph``'s operations filling a ``gradient_accumulators`` variable."""
+    return set(_accumulation(graph))
+
+
+def _accumulation(graph) -> dict:
+    """``{write op name: variable name}``: the writes, outside every step's apply branch, of
+    values a backward pass computed (a ``gradients`` name scope) to variables that a step's
+    finite flag reads short of any backward pass (where the gradients of a step that
+    computes its own come from)."""
     from ..doctor.probes import in_backward_scope
+    from .shadow_graph import downstream_of
+    from .state_guard import PASSING, WRITE_OPS, value_input
     from .variable_check import VARIABLE_OPS
 
-    found, seen = set(), set()
-    stack = [s.all_finite.op for s in step_signals(graph) if s.all_finite.graph is graph]
+    flags = [s.all_finite.op for s in step_signals(graph) if s.all_finite.graph is graph]
+    read, seen, stack = set(), set(), list(flags)
     while stack:
         op = stack.pop()
         if op in seen or in_backward_scope(op.name):
             continue
         seen.add(op)
         if op.type in VARIABLE_OPS:
-            found.add(op.name)
+            read.add(op.name)
             continue
         stack.extend(t.op for t in op.inputs)
-    return found
-
-
-def gradient_accumulation_writes(graph) -> set:
-    """The names of ``graph``'s operations writing to a ``gradient_accumulators`` variable."""
-    accumulators = gradient_accumulators(graph)
-    if not accumulators:
-        return set()
-    from .state_guard import PASSING, WRITE_OPS
-
-    writes = set()
+    if not read:
+        return {}
+    applied = downstream_of(graph, flags)
+    writes = {}
     for op in graph.get_operations():
-        if op.type in WRITE_OPS and op.inputs:
-            source = op.inputs[0].op
-            while source.type in PASSING and source.inputs:
-                source = source.inputs[0].op
-            if source.name in accumulators:
-                writes.add(op.name)
+        if op.type not in WRITE_OPS or not op.inputs or op in applied:
+            continue
+        source = op.inputs[0].op
+        while source.type in PASSING and source.inputs:
+            source = source.inputs[0].op
+        if source.name in read and _from_a_backward_pass(op.inputs[value_input(op.type)], in_backward_scope):
+            writes[op.name] = source.name
     return writes
+
+
+def _from_a_backward_pass(tensor, in_backward_scope) -> bool:
+    stack, seen = [tensor.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if in_backward_scope(op.name):
+            return True
+        stack.extend(t.op for t in op.inputs)
+    return False
