@@ -11,8 +11,8 @@ import tensorflow as tf
 
 import tfamp_rewrite
 from tfamp_rewrite.training import devices
+from tfamp_rewrite.training.gradient_accumulation import gradient_accumulators
 from tfamp_rewrite.training.state_guard import guard_state_writes
-from tfamp_rewrite.training.step_signals import gradient_accumulators
 
 tf1 = tf.compat.v1
 

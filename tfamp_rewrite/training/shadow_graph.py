@@ -43,9 +43,10 @@ from .check_deferral import defer_checks
 from .devices import log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
+from .gradient_accumulation import gradient_accumulators
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
-from .step_signals import gradient_accumulators, in_loss_scaled_apply, step_signals
+from .step_signals import in_loss_scaled_apply, step_signals
 from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"

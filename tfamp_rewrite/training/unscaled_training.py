@@ -31,9 +31,10 @@ from typing import Dict, List
 import tensorflow as tf
 
 from .devices import log_once
+from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
 from .shadow_graph import ancestors, downstream_of, reachable
-from .step_signals import gradient_accumulators, step_signals
+from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
 _ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSubVariableOp",

@@ -1,0 +1,88 @@
+"""Gradients accumulated over runs, then applied by a loss-scaled step in a run of its own.
+
+The TF1 recipe: ``accum.assign_add(g)`` in each micro-batch run, then
+``apply_gradients([(accum / n, w)])`` every n-th run.  Such an accumulator must keep an
+overflowed gradient's inf/nan, so that the applying step's finite check sees it, skips and
+lowers the scale: the state guard leaves it alone (shadow_graph.py), its writes are no
+unguarded update (unscaled_training.py), and the runs filling it are no inference
+(inference_watch.py).  An accumulator is a variable that a step's finite flag reads short of
+any backward pass (a ``gradients`` name scope, where a step computing its own gradients
+gets them), filled, outside every step's apply branch, with values a backward pass computed.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from ..doctor.probes import in_backward_scope
+from .state_guard import PASSING, WRITE_OPS, value_input
+from .step_signals import step_signals
+from .variable_check import VARIABLE_OPS
+
+
+def gradient_accumulators(graph) -> set:
+    """The names of ``graph``'s gradient accumulators (module docstring)."""
+    return set(_accumulation(graph).values())
+
+
+def gradient_accumulation_writes(graph) -> set:
+    """The names of ``graph``'s operations filling a gradient accumulator."""
+    return set(_accumulation(graph))
+
+
+def _accumulation(graph) -> Dict[str, str]:
+    """``{write op name: accumulator name}``."""
+    flags = [s.all_finite.op for s in step_signals(graph) if s.all_finite.graph is graph]
+    read, seen, stack = set(), set(), list(flags)
+    while stack:
+        op = stack.pop()
+        if op in seen or in_backward_scope(op.name):
+            continue
+        seen.add(op)
+        if op.type in VARIABLE_OPS:
+            read.add(op.name)
+            continue
+        stack.extend(t.op for t in op.inputs)
+    if not read:
+        return {}
+    applied = _downstream_of(graph, flags)
+    writes = {}
+    for op in graph.get_operations():
+        if op.type not in WRITE_OPS or not op.inputs or op in applied:
+            continue
+        source = op.inputs[0].op
+        while source.type in PASSING and source.inputs:
+            source = source.inputs[0].op
+        if source.name in read and _from_a_backward_pass(op.inputs[value_input(op.type)]):
+            writes[op.name] = source.name
+    return writes
+
+
+def _downstream_of(graph, ops) -> set:
+    """``ops`` and what reads them, through data and control edges (an update in a TF1 cond
+    waits on its pivot by a control edge)."""
+    waiting = {}
+    for op in graph.get_operations():
+        for earlier in op.control_inputs:
+            waiting.setdefault(earlier, []).append(op)
+    found, stack = set(), list(ops)
+    while stack:
+        op = stack.pop()
+        if op not in found:
+            found.add(op)
+            stack.extend([consumer for output in op.outputs for consumer in output.consumers()]
+                         + waiting.get(op, []))
+    return found
+
+
+def _from_a_backward_pass(tensor) -> bool:
+    """Whether ``tensor`` is computed from a backward pass's ops, through data inputs."""
+    stack, seen = [tensor.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if in_backward_scope(op.name):
+            return True
+        stack.extend(t.op for t in op.inputs)
+    return False
