@@ -26,7 +26,7 @@ import tensorflow as tf
 from tensorflow.python.util import nest
 
 from .devices import log_once
-from .shadow_graph import ancestors
+from .op_walks import ancestors
 from .step_signals import step_signals
 
 _tf1 = tf.compat.v1

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from .check_deferral import STATUS
 from .devices import log_once
-from .shadow_graph import ancestors
+from .op_walks import ancestors
 
 
 class DeferredChecks:

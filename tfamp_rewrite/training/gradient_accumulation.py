@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict
 
 from ..doctor.probes import in_backward_scope
+from .op_walks import downstream_of, reachable
 from .state_guard import PASSING, WRITE_OPS, value_input
 from .step_signals import step_signals
 from .variable_check import VARIABLE_OPS
@@ -44,7 +45,7 @@ def _accumulation(graph) -> Dict[str, str]:
         stack.extend(t.op for t in op.inputs)
     if not read:
         return {}
-    applied = _downstream_of(graph, flags)
+    applied = downstream_of(graph, flags)
     writes = {}
     for op in graph.get_operations():
         if op.type not in WRITE_OPS or not op.inputs or op in applied:
@@ -52,37 +53,11 @@ def _accumulation(graph) -> Dict[str, str]:
         source = op.inputs[0].op
         while source.type in PASSING and source.inputs:
             source = source.inputs[0].op
-        if source.name in read and _from_a_backward_pass(op.inputs[value_input(op.type)]):
+        computed_from = reachable([op.inputs[value_input(op.type)].op], _data_inputs)
+        if source.name in read and any(in_backward_scope(each.name) for each in computed_from):
             writes[op.name] = source.name
     return writes
 
 
-def _downstream_of(graph, ops) -> set:
-    """``ops`` and what reads them, through data and control edges (an update in a TF1 cond
-    waits on its pivot by a control edge)."""
-    waiting = {}
-    for op in graph.get_operations():
-        for earlier in op.control_inputs:
-            waiting.setdefault(earlier, []).append(op)
-    found, stack = set(), list(ops)
-    while stack:
-        op = stack.pop()
-        if op not in found:
-            found.add(op)
-            stack.extend([consumer for output in op.outputs for consumer in output.consumers()]
-                         + waiting.get(op, []))
-    return found
-
-
-def _from_a_backward_pass(tensor) -> bool:
-    """Whether ``tensor`` is computed from a backward pass's ops, through data inputs."""
-    stack, seen = [tensor.op], set()
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if in_backward_scope(op.name):
-            return True
-        stack.extend(t.op for t in op.inputs)
-    return False
+def _data_inputs(op):
+    return [t.op for t in op.inputs]

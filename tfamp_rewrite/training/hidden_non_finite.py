@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+from .op_walks import reachable
 from .run_plans import HIDDEN, Plan, RunPlans, computed_by, in_backward_pass, packed_non_finite
-from .shadow_graph import reachable
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
 # type to another (_hidden_inputs).

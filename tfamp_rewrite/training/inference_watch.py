@@ -35,9 +35,10 @@ from .devices import log_once
 from .gradient_accumulation import gradient_accumulation_writes
 from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import Origin
+from .op_walks import ancestors
 from .origin_search import OriginSearch
 from .run_plans import ORIGIN, RunPlans
-from .shadow_graph import ancestors, has_operation
+from .shadow_graph import has_operation
 from .step_watch import AUTO_FIX_ENV
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then

@@ -58,6 +58,7 @@ from ..fused_op.op import unscale_and_check_finite
 from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
+from .op_walks import reachable
 from .unscaled_training import GRADIENT_SCOPE, unscaled_gradient_calls
 from .variable_check import VARIABLE_OPS
 
@@ -212,16 +213,10 @@ _CONSTANT_ARITHMETIC = frozenset({"Const", "Identity", "RealDiv", "Div", "Mul", 
 def _from_the_seed(tensor, backprop) -> bool:
     """Whether ``tensor`` is computed, within the ``backprop`` ops, from the seed of the
     gradient (a ``Fill`` of ones, or the ``grad_ys`` fed to it): it carries the scale."""
-    stack, seen = [tensor.op], set()
-    while stack:
-        op = stack.pop()
-        if op in seen or op not in backprop:
-            continue
-        seen.add(op)
-        if op.type in _SEEDS:
-            return True
-        stack.extend(t.op for t in op.inputs)
-    return False
+    if tensor.op not in backprop:
+        return False
+    within = reachable([tensor.op], lambda op: [t.op for t in op.inputs if t.op in backprop])
+    return any(op.type in _SEEDS for op in within)
 
 
 def _normalized(tensor, backprop) -> bool:

@@ -34,7 +34,8 @@ from ..doctor.probes import HalfNode
 from .devices import log_once
 from .half_readers import half_readers
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
-from .shadow_graph import ancestors, has_operation
+from .op_walks import ancestors
+from .shadow_graph import has_operation
 from .twins import twin_nodes
 from .while_loops import while_loops
 

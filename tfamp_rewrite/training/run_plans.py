@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, NamedTuple, Sequence, Set, Tuple
 import tensorflow as tf
 
 from ..graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
-from .shadow_graph import ancestors
+from .op_walks import ancestors
 from .unscaled_training import GRADIENT_SCOPE
 
 HIDDEN, ORIGIN = "hidden", "origin"  # Plan kinds: hidden_non_finite.py, non_finite_origin.py

@@ -44,6 +44,7 @@ from .devices import log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .gradient_accumulation import gradient_accumulators
+from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
 from .step_signals import in_loss_scaled_apply, step_signals
@@ -602,36 +603,6 @@ def has_operation(graph, name: str) -> bool:
     except KeyError:
         return False
     return True
-
-
-def ancestors(elements, fed_names=frozenset()) -> set:
-    """The operations ``elements`` (tensors, operations) depend on, themselves included,
-    through data and control inputs; a tensor named in ``fed_names`` is fed, not computed."""
-    return reachable([getattr(e, "op", e) for e in elements], lambda op: [
-        t.op for t in op.inputs if t.name not in fed_names] + list(op.control_inputs))
-
-
-def downstream_of(graph, ops) -> set:
-    """``ops`` and the operations of ``graph`` that read them, directly or not (through data
-    and control edges: an update in a TF1 cond waits on its pivot by a control edge)."""
-    waiting = {}
-    for op in graph.get_operations():
-        for earlier in op.control_inputs:
-            waiting.setdefault(earlier, []).append(op)
-    return reachable(ops, lambda op: [consumer for output in op.outputs
-                                      for consumer in output.consumers()] + waiting.get(op, []))
-
-
-def reachable(ops, neighbours) -> set:
-    """``ops`` and every operation reached from them through ``neighbours(op)``."""
-    stack, seen = list(ops), set()
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(neighbours(op))
-    return seen
 
 
 def _fuse_unscaling(graph_def) -> None:

@@ -43,8 +43,8 @@ from ..doctor.limits import limits_for
 from ..user_log import log_info
 from .devices import first_time
 from .heal_memory import HEAL_FILE_ENV, remember_healed
+from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
-from .shadow_graph import ancestors
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, Finding, StepDiagnosis
 from .step_signals import has_step_signals, step_signals

@@ -33,7 +33,7 @@ import tensorflow as tf
 from .devices import log_once
 from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
-from .shadow_graph import ancestors, downstream_of, reachable
+from .op_walks import ancestors, downstream_of, reachable
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")

@@ -1,0 +1,32 @@
+"""Walks over a ``tf.Graph``'s operations: what a run computes, what reads an operation."""
+from __future__ import annotations
+
+
+def ancestors(elements, fed_names=frozenset()) -> set:
+    """The operations ``elements`` (tensors, operations) depend on, themselves included,
+    through data and control inputs; a tensor named in ``fed_names`` is fed, not computed."""
+    return reachable([getattr(e, "op", e) for e in elements], lambda op: [
+        t.op for t in op.inputs if t.name not in fed_names] + list(op.control_inputs))
+
+
+def downstream_of(graph, ops) -> set:
+    """``ops`` and the operations of ``graph`` that read them, directly or not (through data
+    and control edges: an update in a TF1 cond waits on its pivot by a control edge)."""
+    waiting = {}
+    for op in graph.get_operations():
+        for earlier in op.control_inputs:
+            waiting.setdefault(earlier, []).append(op)
+    return reachable(ops, lambda op: [consumer for output in op.outputs
+                                      for consumer in output.consumers()] + waiting.get(op, []))
+
+
+def reachable(ops, neighbours) -> set:
+    """``ops`` and every operation reached from them through ``neighbours(op)``."""
+    stack, seen = list(ops), set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(neighbours(op))
+    return seen
