@@ -6,13 +6,20 @@ import time
 
 import pytest
 
-# Each rank starts a child that would sleep for ten minutes, prints its pid, then exits
-# with 3 if it is the rank named by argv[1], else sleeps for ten minutes as well.
+# Each rank starts a child that would sleep for ten minutes, prints its pid and marks
+# itself started, then exits with 3 if it is the rank named by argv[1], else sleeps for
+# ten minutes as well. The failing rank waits for every rank's mark first, so that no
+# rank is killed before it has printed its child's pid (a loaded machine starts ranks
+# seconds apart).
 RANK = """
-import os, subprocess, sys, time
+import os, pathlib, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 print(child.pid, flush=True)
+marks = pathlib.Path(__file__).parent
+(marks / ("started.%s" % os.environ["HOROVOD_RANK"])).touch()
 if os.environ["HOROVOD_RANK"] == sys.argv[1]:
+    while len(list(marks.glob("started.*"))) < int(os.environ["HOROVOD_SIZE"]):
+        time.sleep(0.05)
     sys.exit(3)
 time.sleep(600)
 """
