@@ -807,3 +807,27 @@ def test_each_thread_building_in_the_private_graph_has_its_own_stacks(monkeypatc
         done.set()
         holder.join()
     assert seen["groups"] == [b"loc:@built_beside"]  # not the other thread's op's
+
+
+@pytest.mark.parametrize("failing", ["reshaped", "mm"])
+def test_an_op_error_names_the_users_op_and_where_the_program_defined_it(cpu_target, failing):
+    """The session runs a private graph: TensorFlow's error named the private op, whose
+    "Original stack trace" was empty, so the user lost the line that built the failing op
+    (a Reshape fed another batch size; a MatMul the rewrite converted, fed another width)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, None, name="x")
+        mm = tf.matmul(x, tf.ones([4, 3]), name="mm")
+        tf.reshape(mm, [5, -1], name="reshaped")
+    feed = {"x:0": np.ones([2, 4] if failing == "reshaped" else [2, 6], np.float32)}
+    with pytest.raises(tf.errors.InvalidArgumentError) as plain:
+        with tf1.Session(graph=graph) as session:
+            session.run("reshaped:0", feed)
+    with pytest.raises(tf.errors.InvalidArgumentError) as rewritten:
+        with Session(graph=graph) as session:
+            session.run("mm:0", {"x:0": np.ones([2, 4], np.float32)})
+            assert "mm" in {d.name for d in session.rewrite_reports[0].decisions if d.converted}
+            session.run("reshaped:0", feed)
+    error = rewritten.value
+    assert error.op is graph.get_operation_by_name(failing) is plain.value.op
+    assert error.message.count(__file__) == plain.value.message.count(__file__) >= 1

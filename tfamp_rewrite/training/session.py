@@ -50,6 +50,7 @@ from .run_plans import ORIGIN
 from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
 from .step_watch import StepWatch, auto_fix_setting
 from .unscaled_training import UnscaledTrainingWatch
+from .user_errors import in_user_terms
 
 _tf1 = tf.compat.v1
 # TensorFlow's own classes, captured before anything can replace them (see activation.py).
@@ -147,14 +148,21 @@ class _RewritingSession:
         return list(self._shadow.reports) if self._shadow is not None else []
 
     def _call_base(self, method, *args):
-        """Calls the base class's ``method`` while ``self.graph`` is the private graph."""
+        """Calls the base class's ``method`` while ``self.graph`` is the private graph; an
+        op's error is raised of the user's op (user_errors.py)."""
         inner = self._inner
         previous = getattr(inner, "active", False)
         inner.active = True
         try:
             return method(*args)
+        except tf.errors.OpError as error:
+            user_error = None if self._shadow is None else in_user_terms(
+                error, self._user_graph, self._shadow.user_name)
+            if user_error is None:
+                raise
         finally:
             inner.active = previous
+        raise user_error  # out of the handler, so that it reads as TensorFlow's own
 
     def _sync(self) -> None:
         """Brings the private graph up to date, and what the unscaled-training watch knows."""
