@@ -461,6 +461,41 @@ def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     assert "presumably 'sub' (Sub, infer list), upstream of float32 'Log'" in culprit_messages(caplog)[0]
 
 
+def test_an_inf_nan_float32_makes_of_values_no_half_tensor_computes_is_said_and_not_healed(caplog):
+    """A detection loss normalised by its count of positives gives 0/0 for a batch with
+    none, in float32 as much as under AMP.  Walking up from the NaN gradients past the
+    unprobed float32 loss chain reached the head's half Conv2D, which was healed as the
+    "presumed" culprit "whatever the loss scale"."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        images = tf1.placeholder(tf.float32, [4, 8, 8, 3])
+        targets = tf1.placeholder(tf.float32, [4, 8, 8, 4])
+        positive = tf1.placeholder(tf.float32, [4, 8, 8])
+        body = tf1.layers.conv2d(images, 8, 3, padding="same", activation=tf.nn.relu, name="body")
+        boxes = tf1.layers.conv2d(body, 4, 3, padding="same", name="head")
+        error = tf.reduce_sum(tf.abs(boxes - targets), -1)
+        loss = tf.math.truediv(tf.reduce_sum(error * positive), tf.reduce_sum(positive), name="box_loss")
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.MomentumOptimizer(0.01, 0.9), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for step in range(60):
+            some = (rng.rand(4, 8, 8) < 0.1).astype(np.float32) * (step % 3 != 0)  # every 3rd: none
+            session.run(train_op, {images: rng.rand(4, 8, 8, 3), targets: rng.rand(4, 8, 8, 4),
+                                   positive: some})
+        assert not session.heals
+        weights = session.run(graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES))
+    assert all(np.isfinite(w).all() for w in weights)
+    said = [r.getMessage() for r in caplog.records if "turns finite values into inf/nan" in r.getMessage()]
+    assert len(said) == 1
+    assert ("because float32 'box_loss' (RealDiv) turns finite values into inf/nan: it divides by "
+            "'Sum_2:0', which no float16 tensor computes" in said[0])
+    assert "Conv2D" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
 def test_with_healing_off_the_warning_names_the_node_and_steps_stay_skipped(monkeypatch, caplog):
     monkeypatch.setenv(step_watch.AUTO_FIX_ENV, "0")
     parts = overflow_net()
@@ -1443,3 +1478,4 @@ def test_the_first_skipped_step_is_said_once_per_process_not_per_session(caplog)
     said = [r.getMessage() for r in caplog.records]
     assert len([m for m in said if "a training step was skipped" in m]) == 1
     assert len([m for m in said if "until the loss scale fell far enough" in m]) == 1
+

@@ -55,6 +55,21 @@ _COPIES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", 
                      "ExpandDims", "EnsureShape", "CheckNumerics"})
 # Readers of a tensor's shape only: holding it in half changes nothing they compute.
 _SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike"})
+# Ops that turn finite inputs into inf/nan, op -> (the inputs that can make them do so,
+# what the op does with them): a divisor of 0, a log of 0, an exp of 100.
+NONFINITE_MAKERS = {
+    "Div": ((1,), "divides by"), "RealDiv": ((1,), "divides by"), "FloorDiv": ((1,), "divides by"),
+    "Xdivy": ((1,), "divides by"), "FloorMod": ((1,), "divides by"),
+    "Reciprocal": ((0,), "takes the reciprocal of"), "Inv": ((0,), "takes the reciprocal of"),
+    "Log": ((0,), "takes the log of"), "Log1p": ((0,), "takes the log of"),
+    "Xlogy": ((1,), "takes the log of"),
+    "Sqrt": ((0,), "takes the square root of"), "Rsqrt": ((0,), "takes the square root of"),
+    "SqrtGrad": ((0,), "divides by the square root"),
+    "Pow": ((0, 1), "raises to a power"), "Exp": ((0,), "exponentiates"), "Expm1": ((0,), "exponentiates"),
+    "Acos": ((0,), "takes the arccosine of"), "Asin": ((0,), "takes the arcsine of"),
+    "Atanh": ((0,), "takes the inverse tanh of"), "Acosh": ((0,), "takes the inverse cosh of"),
+    "Lgamma": ((0,), "takes the log-gamma of"), "Digamma": ((0,), "takes the digamma of"),
+}
 
 
 @dataclass
@@ -160,6 +175,25 @@ def plan_boundary_probes(graph_def, report: RewriteReport) -> List[Probe]:
                                     half_nodes=[HalfNode(n, by_name[n].op, by_name[n].category)
                                                 for n in producers]))
     return probes
+
+
+def plan_float32_maker_probes(graph_def, report: RewriteReport) -> List[Probe]:
+    """Float32 outputs of unconverted ``NONFINITE_MAKERS`` (a loss divided by a count of
+    positives): where an inf/nan can start in float32 itself, from finite values.
+
+    Probed beside the half-bound tensors, they tell an inf/nan float32 makes of values no
+    half tensor computes (0/0 when a batch has no positives) from one a half tensor upstream
+    caused.  ``half_nodes`` is empty: what holds such a value in half is found by a walk up.
+    """
+    view = _view(graph_def)
+    converted = {d.name for d in report.decisions if d.converted}
+    unfetchable = _in_control_flow(view)
+    roles = _roles(view)
+    return [Probe(tensor="%s:0" % node.name, node=node.name, op=node.op, category=None,
+                  role=roles.get((i, 0), FORWARD))
+            for i, node in enumerate(view.nodes)
+            if view.ops[i] in NONFINITE_MAKERS and node.name not in converted and i not in unfetchable
+            and view.out_attrs[i] and _dtype_out(view, i, 0) == DT_FLOAT]
 
 
 def _merge_copies(view: GraphView, half_nodes: Dict[Tuple[int, int], List[str]], unfetchable) -> None:

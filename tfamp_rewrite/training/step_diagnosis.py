@@ -4,7 +4,9 @@
 it (the session's current one).  Its probes are the doctor's (``doctor.probes``): every
 tensor the rewrite holds in half, with the converted nodes that hold it (``half_nodes``)
 and its role (forward, or a gradient the loss scale multiplies); and every float32 output
-of an unconverted node that reads a half tensor (a *boundary*).  In the session's private
+of an unconverted node that reads a half tensor (a *boundary*); and every float32 output of
+an unconverted op that can turn finite values into inf/nan (a *maker*: a division, a log;
+``NONFINITE_MAKERS``).  In the session's private
 graph each is measured as it is really held -- a half tensor cast to float32, an emulated
 one as the float32 value emulation rounds.  ``fetches(elements, fed)`` gives the probes
 the step computes anyway (never an extra run of input ops); ``find`` reads them::
@@ -23,9 +25,15 @@ the step computes anyway (never an extra run of input ops); ``find`` reads them:
                      the first float32 would move the overflow one node on, one heal at a time)
             gradient: the culprit only when even unscaled it does not fit -- at the floor
                       scale, or its largest finite value over the step's scale is beyond
+        it is a float32 maker that turns inf/nan from finite inputs, and what can make it
+          do so (a divisor, a log's argument) no half tensor computes: float32 makes it
+          too (0/0 when a batch has no positives) -- no culprit, but a *float32 origin*
+          (a forward one whatever the scale, a gradient one at the floor), and what reads
+          it is its victim
         it is float32 and turns inf/nan from finite inputs: a half tensor upstream lost a
             value (flushed to zero, rounded to 1) that float32 needed -- the nearest
-            converted nodes up its float32 inputs (at most FRONTIER_DEPTH nodes away) stay
+            converted nodes up its float32 inputs (a maker's: those that can make it; at
+            most FRONTIER_DEPTH nodes away) stay
             float32, under the same forward / gradient rule; unless it reads, through float32
             nodes no probe measured, a while loop's Exit: then the value came out of the loop
             unseen (a backward loop's weight gradient, summed in float32 over its iterations'
@@ -33,11 +41,12 @@ the step computes anyway (never an extra run of input ops); ``find`` reads them:
     every culprit found is one: none reads another's inf/nan, each holds its own value out
     of range (as a style loss's Gram matrices do).  The finding keeps all their half nodes
     float32 in one edit, so one heal mends what one culprit per heal took as many heals for
-    none: no culprit (gradients that overflow only at this scale are the scale's business)
+    none: no culprit (gradients that overflow only at this scale are the scale's business);
+    the finding then holds the float32 origins, if any
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -49,11 +58,13 @@ from ..doctor.probes import (
     ACTIVATION_GRADIENT,
     FORWARD,
     WEIGHT_GRADIENT,
+    NONFINITE_MAKERS,
     HalfNode,
     Probe,
     in_backward_scope,
     in_unscale_scope,
     plan_boundary_probes,
+    plan_float32_maker_probes,
     plan_probes,
 )
 from ..graph_rewrite.graph_view import parse_input, topological_names
@@ -81,13 +92,25 @@ class Culprit:
 
 
 @dataclass
+class Float32Origin:
+    """A float32 node that turned inf/nan from finite values no half tensor computes."""
+
+    tensor: str                  # user graph name, "node:port"
+    op: str
+    does: str                    # what the op does with ``operands``: "divides by"
+    operands: List[str]          # the inputs that can make it inf/nan ("Sum_1:0")
+
+
+@dataclass
 class Finding:
     """What one probed step shows: its culprits, in topological order, none of which reads
-    another's inf/nan; and the one edit that keeps all their half nodes float32."""
+    another's inf/nan; and the one edit that keeps all their half nodes float32.  With no
+    culprit, the float32 origins of its inf/nan (``find`` returns a finding for either)."""
 
     culprits: List[Culprit]
     half_nodes: List[str]        # every culprit's, in order, once each
-    fix: Fix
+    fix: Optional[Fix]
+    float32_origins: List[Float32Origin] = field(default_factory=list)
 
 
 class StepDiagnosis:
@@ -111,6 +134,14 @@ class StepDiagnosis:
         held = self._held = {p.tensor for p in probes}
         self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
         probes += [p for p in self._boundaries.values() if p.tensor not in held]
+        held = held | set(self._boundaries)
+        # a forward maker no finite check reads still tells why the step's loss is inf/nan
+        makers = [p for p in plan_float32_maker_probes(user_def, report) if p.tensor not in held
+                  and (not self._checked or p.node in self._checked or p.role == FORWARD)]
+        self._makers = {p.tensor for p in makers}
+        probes += makers
+        self._half_fed: Optional[Set[str]] = None  # nodes a converted node's value reaches
+        self._user_def = user_def
         order = {name: i for i, name in enumerate(topological_names(user_def))}
         probes.sort(key=lambda p: (order.get(p.node, len(order)), p.tensor))
         self._by_private = {private_name(p.tensor): p for p in probes}
@@ -132,16 +163,19 @@ class StepDiagnosis:
 
     def find(self, ids: Tuple[int, ...], counts, extrema, scale: float, at_floor: bool,
              nonfinite_inputs: Sequence[str] = ()) -> Optional[Finding]:
-        """The culprits of the probed step, or None when it has none (module docstring).
+        """The culprits of the probed step, else its float32 origins, or None when it has
+        neither (module docstring).
         ``nonfinite_inputs``: tensors the run was fed inf/nan in; what reads them is a victim."""
         counts, extrema = np.asarray(counts), np.asarray(extrema)
         culprits: List[Culprit] = []
+        origins: List[Float32Origin] = []
         kept: Set[str] = set()  # their half nodes
         nonfinite: Dict[str, bool] = {name: True for name in nonfinite_inputs}
         for row, probe_id in sorted(enumerate(ids), key=lambda item: item[1]):
             probe = self._by_private[self.ops.probes[probe_id].tensor]
-            if self._checked and probe.node not in self._checked and not any(
-                    n.name in self._checked for n in probe.half_nodes):
+            checked = not self._checked or probe.node in self._checked or any(
+                n.name in self._checked for n in probe.half_nodes)
+            if not checked and probe.tensor not in self._makers:
                 continue  # what reaches no finite check skips no step
             if any(self._tainted(t, nonfinite) for t in self._inputs.get(probe.node, ())):
                 nonfinite[probe.tensor] = True
@@ -150,6 +184,12 @@ class StepDiagnosis:
             nonfinite[probe.tensor] = int(counts[row][NONFINITE_BIN]) > 0 or (
                 probe.node in self._converted and int(counts[row][OVERFLOW_BIN]) > 0)
             largest = float(extrema[row][0])
+            if nonfinite[probe.tensor] and self._made_in_float32(probe):
+                if probe.role == FORWARD or at_floor:  # else a lower scale may keep it finite
+                    origins.append(self._float32_origin(probe))
+                continue  # what reads it is its victim
+            if not checked:
+                continue
             found = self._judge(probe, counts[row], largest, scale, at_floor, nonfinite)
             if found is not None:
                 if not set(found.half_nodes) <= kept:  # else a second output of a culprit's nodes
@@ -157,10 +197,39 @@ class StepDiagnosis:
                     kept.update(found.half_nodes)
                 nonfinite[probe.tensor] = True  # what reads it is its victim, not a culprit
         if not culprits:
-            return None
+            # the user's own forward op (a loss's division) before what tf.gradients built of it
+            origins.sort(key=lambda origin: in_backward_scope(origin.tensor))
+            return Finding(culprits=[], half_nodes=[], fix=None, float32_origins=origins) if origins else None
         names = list(dict.fromkeys(n for c in culprits for n in c.half_nodes))
         return Finding(culprits=culprits, half_nodes=names,
                        fix=fix_for([self._half_node(n) for n in names]))
+
+    def _made_in_float32(self, probe: Probe) -> bool:
+        """Whether ``probe`` is a float32 maker's output (its inputs finite) whose inputs
+        that can make it inf/nan no converted node's value reaches."""
+        if probe.op not in NONFINITE_MAKERS or probe.node in self._converted:
+            return False
+        half_fed = self._nodes_half_fed()
+        return not any(tensor.split(":")[0] in half_fed for tensor in self._operands(probe))
+
+    def _operands(self, probe: Probe) -> List[str]:
+        """The inputs of maker ``probe``'s node that can make it inf/nan."""
+        inputs = self._inputs.get(probe.node, [])
+        return [inputs[k] for k in NONFINITE_MAKERS[probe.op][0] if k < len(inputs)]
+
+    def _float32_origin(self, probe: Probe) -> Float32Origin:
+        return Float32Origin(tensor=probe.tensor, op=probe.op, does=NONFINITE_MAKERS[probe.op][1],
+                             operands=self._operands(probe))
+
+    def _nodes_half_fed(self) -> Set[str]:
+        """Converted nodes and every node their values reach, through data inputs."""
+        if self._half_fed is None:
+            found = set(self._converted)
+            for name in topological_names(self._user_def):
+                if name not in found and any(t.split(":")[0] in found for t in self._inputs.get(name, ())):
+                    found.add(name)
+            self._half_fed = found
+        return self._half_fed
 
     def _tainted(self, tensor: str, nonfinite: Dict[str, bool]) -> bool:
         """Whether ``tensor`` holds inf/nan this step, as far as the probes so far tell:
@@ -194,7 +263,8 @@ class StepDiagnosis:
             if loop_exit is not None:
                 return self._loop_culprit(self._leaving(loop_exit, probe), float("inf"), scale, at_floor,
                                           into=probe.node)
-            frontier = self._half_frontier(probe.node)
+            frontier = self._half_frontier(probe.node, self._operands(probe)
+                                           if probe.op in NONFINITE_MAKERS else None)
             if not frontier:
                 return None  # float32 all the way: no half tensor's doing
             out_of_range, boundary = True, probe
@@ -268,9 +338,10 @@ class StepDiagnosis:
         return Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=probe.category,
                      role=probe.role, half_nodes=half_nodes)
 
-    def _half_frontier(self, node: str) -> List[HalfNode]:
-        """The converted nodes nearest ``node`` up its float32 inputs (breadth first)."""
-        for entered in self._walk_up(node, lambda tensor, source: True):
+    def _half_frontier(self, node: str, inputs: Optional[List[str]] = None) -> List[HalfNode]:
+        """The converted nodes nearest ``node`` up its float32 inputs, or up ``inputs`` of
+        them (breadth first)."""
+        for entered in self._walk_up(node, lambda tensor, source: True, inputs):
             found = [n for n in entered if n in self._converted]
             if found:
                 return [self._half_node(n) for n in found]
@@ -289,15 +360,17 @@ class StepDiagnosis:
                     return source
         return None
 
-    def _walk_up(self, node: str, through: Callable[[str, str], bool]):
-        """The nodes up ``node``'s inputs, level by level (breadth first, FRONTIER_DEPTH
-        levels): each level's nodes not met before that ``through(tensor, source)`` lets
-        the walk enter from the tensor it read."""
+    def _walk_up(self, node: str, through: Callable[[str, str], bool],
+                 inputs: Optional[List[str]] = None):
+        """The nodes up ``node``'s inputs (or up ``inputs`` of them), level by level
+        (breadth first, FRONTIER_DEPTH levels): each level's nodes not met before that
+        ``through(tensor, source)`` lets the walk enter from the tensor it read."""
         level, seen = [node], {node}
         for _ in range(FRONTIER_DEPTH):
             entered = []
             for name in level:
-                for tensor in self._inputs.get(name, ()):
+                read = inputs if inputs is not None and name == node else self._inputs.get(name, ())
+                for tensor in read:
                     source = tensor.split(":")[0]
                     if source not in seen and through(tensor, source):
                         seen.add(source)

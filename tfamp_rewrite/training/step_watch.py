@@ -46,7 +46,7 @@ from .heal_memory import HEAL_FILE_ENV, remember_healed
 from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
 from .skip_guard import SkipGuard
-from .step_diagnosis import Culprit, Finding, StepDiagnosis
+from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
 from .step_signals import has_step_signals, step_signals
 from .twins import twin_nodes
 from .unscaled_training import unguarded_writes
@@ -158,6 +158,7 @@ class StepWatch:
         self._said_settled = False  # a long episode ended without a culprit: said once
         self._said_variables = False  # weights holding inf/nan: said once
         self._said_feeds = False      # fed values holding inf/nan: said once
+        self._said_float32_origin = False  # an inf/nan float32 makes itself: said once
         self._said_unwatched = False  # steps inside TF1 control flow: said once
         self._last_scales: Dict[int, Tuple[float, bool]] = {}  # per step: its last scale, applied
         self._said_reset = False      # a loss scale set back from outside: said once
@@ -375,10 +376,12 @@ class StepWatch:
                 self._say_variables_not_finite(state, guard)
                 continue
             guard.diagnosed(named=finding is not None or bool(fed))
-            if finding is not None:
+            if finding is not None and finding.culprits:
                 self._named(finding, guard, signals, run_private)
                 return
-            if fed:
+            if finding is not None:
+                self._say_made_in_float32(finding.float32_origins[0], guard)
+            elif fed:
                 self._say_feeds_not_finite(fed, guard)
             elif guard.at_floor:
                 self._nothing_found(guard)
@@ -582,6 +585,21 @@ class StepWatch:
                 "variable" if state == names else "trainable variable",
                 ", ".join(repr(n) for n in names[:3]),
                 " (and %d more)" % (len(names) - 3) if len(names) > 3 else "", cause))
+
+    def _say_made_in_float32(self, origin: Float32Origin, guard: SkipGuard) -> None:
+        if self._said_float32_origin:
+            return
+        self._said_float32_origin = True
+        _logger.warning(
+            "tfamp_rewrite: training steps are being skipped (loss scale %s) because float32 %r "
+            "(%s) turns finite values into inf/nan: it %s %s, which no %s tensor computes, so the "
+            "step is not finite in float32 either and no loss scale or float32 node can undo it: "
+            "nothing is healed. Mixed precision did not cause it, and the skipped steps keep these "
+            "inf/nan out of the weights, which a float32 run would update with them. Guard the "
+            "operation where it can fail (a loss divided by a count of positives that can be 0 "
+            "wants tf.maximum(count, 1); a log wants a floor) (said once)" % (
+                guard.episode.trajectory(), origin.tensor.split(":")[0], origin.op, origin.does,
+                " and ".join(repr(t) for t in origin.operands), self.shadow.dtype))
 
     def _say_feeds_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_feeds:
