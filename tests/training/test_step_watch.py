@@ -1479,3 +1479,39 @@ def test_the_first_skipped_step_is_said_once_per_process_not_per_session(caplog)
     assert len([m for m in said if "a training step was skipped" in m]) == 1
     assert len([m for m in said if "until the loss scale fell far enough" in m]) == 1
 
+
+def test_heals_of_a_session_that_diverges_anyway_are_not_carried_to_the_next_trial(caplog):
+    """A learning-rate sweep builds a graph per trial.  Its first trial diverges in float32
+    too; the session healed layer after layer as the weights grew, and every later trial,
+    with the same layer names and a sane rate, started with them float32 (0 nodes converted)."""
+    rng = np.random.RandomState(0)
+    inputs = rng.randn(512, 16).astype(np.float32)
+    targets = np.sin(inputs[:, :4].sum(1, keepdims=True)).astype(np.float32)
+
+    def trial(learning_rate):
+        graph = tf.Graph()
+        with graph.as_default():
+            tf1.set_random_seed(1)
+            x = tf1.placeholder(tf.float32, [None, 16])
+            y = tf1.placeholder(tf.float32, [None, 1])
+            h = tf1.layers.dense(x, 64, activation=tf.nn.relu, name="fc1")
+            h = tf1.layers.dense(h, 64, activation=tf.nn.relu, name="fc2")
+            loss = tf.reduce_mean(tf.square(tf1.layers.dense(h, 1, name="out") - y))
+            opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.MomentumOptimizer(learning_rate, 0.9), "dynamic")
+            train_op = opt.minimize(loss)
+            init = tf1.global_variables_initializer()
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(120):
+                batch = rng.randint(0, 512, 64)
+                session.run(train_op, {x: inputs[batch], y: targets[batch]})
+            return session.heals, session.rewrite_reports[0].nodes_converted
+
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        diverged_heals, _ = trial(3.0)
+        assert diverged_heals  # the weights grew past float16, layer after layer
+        heals, converted = trial(0.03)
+    assert not heals and converted > 0
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "the model most likely fails in float32 as well" in said
+    assert "start without these heals" in said

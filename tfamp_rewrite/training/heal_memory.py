@@ -4,7 +4,8 @@ Sessions made later in the process, on a graph holding a healed node as it was (
 its inputs' names and ops), keep it float32 from their first run (``healed_in_this_process``):
 an Estimator opens a new session, on a new graph of the same names, for every evaluation
 and every ``train()`` call, and without this each would skip and heal again.  Another model
-that merely reuses a name ("MatMul") is not healed.
+that merely reuses a name ("MatMul") is not healed.  A session whose steps then fail in
+float32 too (its weights diverged) takes its heals back (``forget_healed``).
 
 ``TFAMP_REWRITE_HEAL_FILE=path``: every heal writes the nodes kept float32 and the heals
 there (a heal file, doctor/heal_files.py), and a session started with it set keeps them
@@ -45,6 +46,17 @@ def remember_healed(graph, nodes) -> None:
     signatures = {name: _node_signature(graph, name) for name in nodes}
     with _healed_lock:
         _healed_in_process.update((n, s) for n, s in signatures.items() if s is not None)
+
+
+def forget_healed(graph, nodes) -> None:
+    """Takes back ``remember_healed(graph, nodes)``: a session whose steps failed in float32
+    too (weights that diverged) healed them for nothing, and later sessions (the next trial
+    of a sweep, with a sane learning rate) would start with them float32."""
+    signatures = {name: _node_signature(graph, name) for name in nodes}
+    with _healed_lock:
+        for name, signature in signatures.items():
+            if _healed_in_process.get(name) == signature:
+                del _healed_in_process[name]
 
 
 def read_heal_file(environ=None) -> List[str]:

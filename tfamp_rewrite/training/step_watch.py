@@ -42,7 +42,7 @@ from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
 from .devices import first_time
-from .heal_memory import HEAL_FILE_ENV, remember_healed
+from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
 from .skip_guard import SkipGuard
@@ -574,7 +574,10 @@ class StepWatch:
         else:
             cause = ("Mixed precision did not cause it. Look at where the weights diverged (a "
                      "checkpoint restored from a run that diverged, an assignment, or a float32 "
-                     "update that overflowed)")
+                     "update that overflowed)%s" % (
+                         ". The %d heal(s) of this session did not stop it either: later sessions "
+                         "of this process start without them%s" % (len(self.heals), self._forget_heals())
+                         if self.heals else ""))
         state = [n for n in names if n in self._variable_check.state]
         _logger.warning(
             "tfamp_rewrite: training steps are being skipped (loss scale %s) because %s not "
@@ -616,13 +619,30 @@ class StepWatch:
                 guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3])))
 
     def _nothing_found(self, guard: SkipGuard) -> None:
+        horovod = (", or on another rank of this Horovod job, which names it"
+                   if _runs_collectives(self.shadow.user_graph) else "")
+        if self.heals:
+            _logger.warning(
+                "tfamp_rewrite: every step is skipped (loss scale %s) after %d heal(s) in this "
+                "session, and no half tensor the step computes holds inf/nan or values beyond %s: "
+                "the model most likely fails in float32 as well (a learning rate that diverges), "
+                "so later sessions of this process start without these heals%s. If it trains in "
+                "float32, the culprit sits inside a while loop or cond, which cannot be probed: "
+                "run tfamp-rewrite doctor on the program%s" % (
+                    guard.episode.trajectory(), len(self.heals), self.shadow.dtype,
+                    self._forget_heals(), horovod))
+            return
         _logger.warning(
             "tfamp_rewrite: every step is skipped (loss scale %s) and no half tensor the step "
             "computes holds inf/nan or values beyond %s: the culprit may sit inside a while loop "
             "or cond, which cannot be probed, or be float32 already%s; run tfamp-rewrite doctor "
-            "on the program" % (guard.episode.trajectory(), self.shadow.dtype,
-                                ", or on another rank of this Horovod job, which names it"
-                                if _runs_collectives(self.shadow.user_graph) else ""))
+            "on the program" % (guard.episode.trajectory(), self.shadow.dtype, horovod))
+
+    def _forget_heals(self) -> str:
+        """Forgets this session's heals for later sessions of the process (heal_memory.py),
+        now that its steps fail with them too; what a line saying so adds of the heal file."""
+        forget_healed(self.shadow.user_graph, [n for heal in self.heals for n in heal.nodes])
+        return " (the heal file %s still lists them)" % self.heal_file if self.heal_file else ""
 
     def _write_heal_file(self) -> None:
         """Writes the kept nodes and the heals to ``heal_file`` (doctor/heal_files.py)."""
