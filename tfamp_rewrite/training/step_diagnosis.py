@@ -57,8 +57,8 @@ from ..doctor.probe_ops import NONFINITE_BIN, OVERFLOW_BIN, ProbeOps
 from ..doctor.probes import (
     ACTIVATION_GRADIENT,
     FORWARD,
-    WEIGHT_GRADIENT,
     NONFINITE_MAKERS,
+    WEIGHT_GRADIENT,
     HalfNode,
     Probe,
     in_backward_scope,

@@ -621,22 +621,25 @@ class StepWatch:
     def _nothing_found(self, guard: SkipGuard) -> None:
         horovod = (", or on another rank of this Horovod job, which names it"
                    if _runs_collectives(self.shadow.user_graph) else "")
+        # "every step" only where none applied between the skips (batches that overflow
+        # now and then leave the others applied)
+        skipped = "steps keep being skipped" if guard.episode.applied else "every step is skipped"
         if self.heals:
             _logger.warning(
-                "tfamp_rewrite: every step is skipped (loss scale %s) after %d heal(s) in this "
+                "tfamp_rewrite: %s (loss scale %s) after %d heal(s) in this "
                 "session, and no half tensor the step computes holds inf/nan or values beyond %s: "
                 "the model most likely fails in float32 as well (a learning rate that diverges), "
                 "so later sessions of this process start without these heals%s. If it trains in "
                 "float32, the culprit sits inside a while loop or cond, which cannot be probed: "
                 "run tfamp-rewrite doctor on the program%s" % (
-                    guard.episode.trajectory(), len(self.heals), self.shadow.dtype,
+                    skipped, guard.episode.trajectory(), len(self.heals), self.shadow.dtype,
                     self._forget_heals(), horovod))
             return
         _logger.warning(
-            "tfamp_rewrite: every step is skipped (loss scale %s) and no half tensor the step "
-            "computes holds inf/nan or values beyond %s: the culprit may sit inside a while loop "
-            "or cond, which cannot be probed, or be float32 already%s; run tfamp-rewrite doctor "
-            "on the program" % (guard.episode.trajectory(), self.shadow.dtype, horovod))
+            "tfamp_rewrite: %s (loss scale %s) and no half tensor the step computes holds "
+            "inf/nan or values beyond %s: the culprit may sit inside a while loop or cond, which "
+            "cannot be probed, or be float32 already%s; run tfamp-rewrite doctor on the program"
+            % (skipped, guard.episode.trajectory(), self.shadow.dtype, horovod))
 
     def _forget_heals(self) -> str:
         """Forgets this session's heals for later sessions of the process (heal_memory.py),

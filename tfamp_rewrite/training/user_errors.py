@@ -59,5 +59,5 @@ def _interpolate(message: str, graph) -> str:
     ``interpolate_graph``, 1.15 ``interpolate``)."""
     interpolate = getattr(error_interpolation, "interpolate_graph", None)
     if interpolate is None:
-        interpolate = getattr(error_interpolation, "interpolate")
+        interpolate = error_interpolation.interpolate
     return interpolate(message, graph)
