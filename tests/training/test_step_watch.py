@@ -1169,6 +1169,7 @@ def test_a_nan_loss_with_finite_gradients_is_traced_to_its_node_and_healed(caplo
             heals = session.heals
     said = [r.getMessage() for r in caplog.records if "yet its gradients were finite" in r.getMessage()]
     assert len(said) == 1 and "returned inf/nan in %r" % parts["loss"].name in said[0]
+    assert "The step's gradients read it" in said[0] and "does not compute" not in said[0]
     (origin,) = [r.getMessage() for r in caplog.records if "found where the inf/nan starts" in r.getMessage()]
     assert "'gram' (MatMul) is the first float16 node computing inf/nan" in origin
     assert [h.nodes[:1] for h in heals] == [["gram"]]

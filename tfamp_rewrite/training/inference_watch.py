@@ -12,7 +12,10 @@ told from an inference, and an inference cannot be run again safely (input pipel
 
 naming what it can, with what float16 may have done and how to keep the node float32.
 The hidden inf/nan check (hidden_non_finite.py) costs a few ops and a fetch, so it runs on
-each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``CHECK_THEN``.
+each of a session's first ``CHECK_EVERY_RUN`` inference runs, then on one in ``CHECK_THEN``;
+among the first, each kind of run (its fetches and feeds) skips it on its second run, so
+that TensorFlow prepares the run without the checks at start-up, not as a pause of seconds
+in the middle of training (a graph holding its dataset as a constant is prepared anew).
 
 Once that is said, ``OriginSearch`` (origin_search.py) looks for where it starts on the
 next runs that compute it, says where with the edit that keeps it float32, and returns
@@ -43,6 +46,7 @@ from .step_watch import AUTO_FIX_ENV
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
 CHECK_THEN = 16       # one such run in this many
+UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (module docstring)
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
@@ -62,6 +66,7 @@ class InferenceWatch:
         self._said_applied = False  # a training run's inf/nan with finite gradients: said once
         self._runs = 0             # inference runs, and training runs, counted for check_due
         self._step_runs = 0
+        self._runs_of_kind = {}    # (fetches, feeds) -> its runs, among the first CHECK_EVERY_RUN
 
     def hidden_fetches(self, elements, fed=()):
         """What this inference run fetches besides, for ``after_run``: while an origin is
@@ -71,7 +76,7 @@ class InferenceWatch:
             return self.search.plan(elements, fed)
         if self.said:
             return None
-        return self._hidden.fetches(elements, fed) if self.check_due() else None
+        return self._hidden.fetches(elements, fed) if self.check_due(_kind(elements, fed)) else None
 
     def adds_scaled_gradients(self, elements, fed=()) -> bool:
         """Whether a run of ``elements`` (fed ``fed``) adds loss-scaled gradients into an
@@ -94,12 +99,20 @@ class InferenceWatch:
         it is made), or None once something has been said."""
         return None if self.said else self._hidden.fetches(elements, fed)
 
-    def check_due(self) -> bool:
-        """Whether this inference run checks for hidden inf/nan (counts it)."""
+    def check_due(self, kind=None) -> bool:
+        """Whether this inference run checks for hidden inf/nan (counts it); ``kind``: what
+        tells its kind of run apart (any key; None: not told)."""
         if self.said:
             return False
         self._runs += 1
-        return _due(self._runs)
+        return self._due(self._runs, kind)
+
+    def _due(self, count: int, kind) -> bool:
+        if kind is not None and count <= CHECK_EVERY_RUN:
+            runs = self._runs_of_kind[kind] = self._runs_of_kind.get(kind, 0) + 1
+            if runs == UNCHECKED_EARLY:
+                return False
+        return _due(count)
 
     def step_run_fetches(self, elements, fed=()):
         """What a training run fetches besides, for ``after_step_run``: while an origin is
@@ -109,20 +122,20 @@ class InferenceWatch:
         if self.looking_for_origin():
             return self.search.plan(elements, fed, training=True)
         plan = self.step_hidden_plan(elements, fed)
-        return plan if plan is not None and self.step_check_due() else None
+        return plan if plan is not None and self.step_check_due(_kind(elements, fed)) else None
 
     def step_hidden_plan(self, elements, fed=()):
         """The checks of what a training run's forward pass hides (a callable's, fixed when
         it is made), or None once a training run's inf/nan was said."""
         return None if self._said_applied else self._hidden_in_steps.fetches(elements, fed)
 
-    def step_check_due(self) -> bool:
+    def step_check_due(self, kind=None) -> bool:
         """Whether this training run checks for hidden inf/nan (counts it): as inference
         runs are picked (``check_due``), counted apart."""
         if self._said_applied:
             return False
         self._step_runs += 1
-        return _due(self._step_runs)
+        return self._due(self._step_runs, ("step", kind) if kind is not None else None)
 
     def after_run(self, fetches, values, hidden=None, hidden_statuses=None
                   ) -> Optional[Tuple[Origin, List[str]]]:
@@ -186,9 +199,13 @@ class InferenceWatch:
             name, said = getattr(found, "name", found), found
             what = ("returned inf/nan%s, yet its gradients were finite"
                     % (" in %r" % name if isinstance(name, str) and name else ""))
-            how = ("A value the loss does not compute is no step's concern; a loss behind ops that "
-                   "pass no gradient through inf/nan (tf.maximum, a max or min reduction, a "
-                   "comparison) leaves the gradients zero and the weights where they were.")
+            behind = ("a loss behind ops that pass no gradient through inf/nan (tf.maximum, a max or "
+                      "min reduction, a comparison) leaves the gradients zero and the weights where "
+                      "they were.")
+            if self._differentiated(found):  # the loss itself: the first clause would not fit
+                how = "The step's gradients read it: " + behind
+            else:
+                how = "A value the loss does not compute is no step's concern; " + behind
         elif plan is not None and statuses is not None and np.any(statuses):
             said = entry = plan.entries[int(np.argmax(statuses))]
             what = ("computed inf/nan in %s, which the values it returned do not show, and its "
@@ -204,6 +221,21 @@ class InferenceWatch:
                  "and no skipped step was diagnosed. %s The next runs look for where it starts, "
                  "and %s (said once)" % (what, how, self._then_keep("that node")))
         return None
+
+    def _differentiated(self, fetch) -> bool:
+        """Whether a backward pass went through ``fetch``'s op (a loss, the logits): tf.gradients
+        names what it builds for op ``X`` ``gradients/X_grad/``.  False when the fetch is not
+        known by name."""
+        graph = self.shadow.user_graph
+        try:
+            element = fetch if hasattr(fetch, "graph") else graph.as_graph_element(fetch)
+        except (TypeError, ValueError, KeyError):
+            return False
+        if element.graph is not graph:
+            return False
+        name = getattr(element, "op", element).name
+        scope = re.compile(r"(^|/)gradients(_\d+)?/%s_grad/" % re.escape(name))
+        return any(scope.search(op.name) for op in graph.get_operations())
 
     def _say(self, what: str, said=None, then: str = "If float32 gives finite values there") -> None:
         """Says a run's inf/nan (``what``), once, and starts the search for its origin
@@ -221,6 +253,12 @@ class InferenceWatch:
         if self.heals:
             return "the session keeps %s float32 if %s made it" % (node, self.shadow.dtype)
         return "say the list edit that keeps %s float32 (healing is off: %s=0)" % (node, AUTO_FIX_ENV)
+
+
+def _kind(elements, fed) -> tuple:
+    """A run's kind: the names of what it fetches and feeds."""
+    return (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(getattr(f, "name", str(f))
+                                                                            for f in fed)))
 
 
 def _due(count: int) -> bool:

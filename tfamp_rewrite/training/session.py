@@ -445,6 +445,7 @@ class _RewritingSession:
         if infers:
             hidden = (watch.step_hidden_plan if steps else watch.hidden_plan)(fetches + targets, fed)
         check_due = watch.step_check_due if steps else watch.check_due
+        kind = object()  # this callable's runs are one kind (InferenceWatch.check_due)
         mapped = config_pb2.CallableOptions()
         mapped.CopyFrom(callable_options)
         _replace(mapped.feed, [t.name for t in feeds])
@@ -464,7 +465,7 @@ class _RewritingSession:
             values = [shadow.fed_value(feed, value if dtype is None else np.asarray(value, dtype))
                       for (feed, dtype), value in zip(conversions, values)]
             steps_before = step_watch.step_runs_so_far()
-            checked = hidden is not None and check_due()
+            checked = hidden is not None and check_due(kind)
             results = (checked_run if checked else run)(*values, **kwargs)
             step_values = None
             if steps:
