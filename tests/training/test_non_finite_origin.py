@@ -189,3 +189,38 @@ def test_ssim_of_0_to_255_images_is_said_to_hide_an_overflow_and_traced(monkeypa
     assert re.search(r"computed inf/nan in '[^']+', read by '[^']+' \(RealDiv\)", caplog.text)
     (line,) = origin_lines(caplog)
     assert "does not fit float16 where" in line and "ALLOWLIST_REMOVE=DepthwiseConv2dNative" in line
+
+
+def test_a_hand_written_update_through_batch_norm_is_searched_and_its_poisoned_weights_named(
+        caplog, monkeypatch):
+    """tf.gradients + assign_sub on raw 0..65535 images: the first conv overflows float16.
+    The search's own check of FusedBatchNormGradV3's outputs failed the run (their static
+    shape (0,) hides scalars), and once the conv was healed, the weights the runs before
+    had made NaN were said to show that 'mixed precision did not cause it'."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")  # float32 kernels: scalar reserves
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8, 8, 3])
+        y = tf1.placeholder(tf.int64, [None])
+        h = tf1.layers.conv2d(x, 16, 3, padding="same", use_bias=False)
+        h = tf.nn.relu(tf1.layers.batch_normalization(h, training=True))
+        logits = tf1.layers.dense(tf.reduce_mean(h, [1, 2]), 4)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        params = tf1.trainable_variables()
+        grads = tf.gradients(loss, params)
+        train = tf.group(*[p.assign_sub(0.1 * g) for p, g in zip(params, grads)],
+                         *tf1.get_collection(tf1.GraphKeys.UPDATE_OPS))
+        init = tf1.global_variables_initializer()
+    images = rng.randint(0, 65535, size=(16, 8, 8, 3)).astype(np.float32)
+    images[0, 0, 0, 0] = 65535.0  # past float16's 65504
+    labels = (images[:, 0, 0, 0] > 32767) + 2 * (images[:, 0, 0, 1] > 32767)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(12):
+            session.run([train, loss], {x: images, y: labels})
+        heals = [h.nodes for h in session.heals]
+    assert heals and "conv2d/Conv2D" in heals[0]
+    (line,) = [m for m in origin_lines(caplog) if "starts outside float16" in m]
+    assert "variable 'dense/kernel' holds it" in line and "A run before the heal" in line
+    assert "did not cause it" not in line

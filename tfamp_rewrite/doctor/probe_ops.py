@@ -75,8 +75,8 @@ class ProbeOps:
                 if probe.tensor in self._ids:
                     continue
                 tensor = self.graph.get_tensor_by_name(probe.tensor)
-                if tensor.dtype not in _MEASURABLE:
-                    continue
+                if tensor.dtype not in _MEASURABLE or tensor.shape.num_elements() == 0:
+                    continue  # a static (0,) may hide a scalar (a fused batch norm gradient's reserve)
                 self._ids[probe.tensor] = len(self.probes)
                 self.probes.append(probe)
                 self._tensors.append(tensor)

@@ -33,6 +33,7 @@ from ..doctor.fixes import fix_for
 from ..doctor.probes import HalfNode
 from .devices import log_once
 from .half_readers import half_readers
+from .heal_memory import HEAL_FILE_ENV
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
 from .op_walks import ancestors
 from .shadow_graph import has_operation
@@ -40,6 +41,7 @@ from .twins import twin_nodes
 from .while_loops import while_loops
 
 ORIGIN_RUNS = 8  # runs that look for the origin, once inf/nan was said
+_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
 
 class OriginSearch:
@@ -51,6 +53,7 @@ class OriginSearch:
         self._in_training = NonFiniteOrigin(shadow, forward_only=True)
         self._runs_left = 0              # runs left to look
         self._again_after_heal = False   # healed: a run returning inf/nan again starts again
+        self._healed = False             # a heal followed one of its finds
         self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
         self._computes_said: Dict[tuple, bool] = {}  # (generation, node, run) -> computes it
 
@@ -76,6 +79,7 @@ class OriginSearch:
     def healed(self) -> None:
         """The session healed the origin found: the next run returning inf/nan looks again."""
         self._again_after_heal = True
+        self._healed = True
 
     def waits_after_heal(self) -> bool:
         """Whether a heal asks the next run's values to be looked at (``again_if_non_finite``);
@@ -193,10 +197,31 @@ class OriginSearch:
         self._runs_left -= 1
         if self._runs_left > 0:
             return
+        variable = origin.kind != FED and self._variable_value(origin.node)
+        if variable and self._healed:
+            log_once("tfamp_rewrite: the inf/nan of this session's runs now starts outside %s: "
+                     "variable %r holds it before any %s node reads it. A run before the heal "
+                     "wrote %s's inf/nan into it (an update that no loss scaling skips), so the "
+                     "heal came too late for it: restore the variables from a checkpoint saved "
+                     "before, or start again healed (%s=path keeps the heals for the next run) "
+                     "(said once)" % (self.shadow.dtype, variable, self.shadow.dtype,
+                                      self.shadow.dtype, HEAL_FILE_ENV))
+            return
         log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside %s: %s %r "
-                 "holds it before any %s node reads it, so mixed precision did not cause it "
+                 "holds it before any %s node reads it, so mixed precision did not cause it%s "
                  "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
-                                  else "the float32 value", origin.tensor, self.shadow.dtype))
+                                  else "the float32 value", origin.tensor, self.shadow.dtype,
+                                  " in these runs (a write of an earlier run put it in variable %r)"
+                                  % variable if variable else ""))
+
+    def _variable_value(self, node: str) -> Optional[str]:
+        """The variable whose value user node ``node`` is (the variable, or its read), or None."""
+        if not has_operation(self.shadow.user_graph, node):
+            return None
+        op = self.shadow.user_graph.get_operation_by_name(node)
+        if op.type in ("Identity", "ReadVariableOp") and op.inputs:
+            op = op.inputs[0].op
+        return op.name if op.type in _VARIABLE_OPS else None
 
     def _loop_left_by(self, origin: Origin) -> Optional[Tuple[str, List[str]]]:
         """(frame, its converted nodes) when ``origin`` is the Exit of a TF1 while loop with

@@ -69,6 +69,12 @@ def packed_non_finite(graph, tensors: Sequence, scope: str) -> tf.Tensor:
     with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(scope):
         for tensor in tensors:
             with graph.colocate_with(tensor.op, ignore_existing=True):
+                if tensor.shape.num_elements() == 0:
+                    # nothing to check -- and the value may not be what the shape says: a
+                    # fused batch norm's gradient says (0,) of its reserve outputs and returns
+                    # scalars on the CPU, which a reduction over axis 0 fails on
+                    statuses.append(tf.constant(False))
+                    continue
                 values = tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor
                 statuses.append(tf.reduce_any(tf.logical_not(tf.math.is_finite(values))))
         return tf.stack(statuses)
