@@ -117,13 +117,13 @@ def test_estimator_trains_with_amp(tmp_path):
     assert np.isinf(prediction["probe"]).all()  # the predict session ran half kernels
 
 
-def _train_step_graph(wrap=None):
+def _train_step_graph(wrap=None, make_optimizer=lambda: tf1.train.MomentumOptimizer(0.1, 0.9)):
     graph = tf.Graph()
     with graph.as_default():
         scale_input = tf1.placeholder(tf.float32, [], name="scale_input")
         w = tf1.get_variable("w", [2], initializer=tf1.ones_initializer())
         loss = tf.reduce_sum(w * w) * scale_input
-        opt = tf1.train.MomentumOptimizer(0.1, 0.9)
+        opt = make_optimizer()
         if wrap:
             opt = wrap(opt)
         train = opt.minimize(loss, global_step=tf1.train.get_or_create_global_step())
@@ -163,8 +163,65 @@ def test_automatic_loss_scaling_is_said_once_when_an_optimizer_first_scales(monk
         assert not said()
         _train_step_graph()
         _train_step_graph()  # a second graph, another optimizer: once per process
+        _train_step_graph(make_optimizer=lambda: tf1.train.AdamOptimizer(0.1))  # another class
     (line,) = said()
     assert "'Momentum' (MomentumOptimizer)" in line and "from 32768" in line and "2000 finite" in line
+
+
+class _LarsLike(tf1.train.Optimizer):
+    """SimCLR's LARS pattern: an apply_gradients of its own that makes its momentum with
+    tf.get_variable and assigns the new values, calling no apply_gradients."""
+
+    def __init__(self, learning_rate):
+        super().__init__(False, "LARS")
+        self.learning_rate = learning_rate
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        updates = []
+        for grad, var in grads_and_vars:
+            momentum = tf1.get_variable(var.op.name + "/Momentum", var.shape, tf.float32,
+                                        tf1.zeros_initializer(), trainable=False)
+            step = 0.9 * momentum + grad * self.learning_rate / (tf.norm(grad) + 1e-6)
+            updates += [var.assign_sub(step), momentum.assign(step)]
+        if global_step is not None:
+            updates.append(global_step.assign_add(1))
+        return tf.group(*updates, name=name)
+
+
+def test_an_optimizer_assigning_in_its_own_apply_gradients_skips_non_finite_steps_too():
+    """minimize() scaled the loss through the base compute_gradients, and the override
+    applied inf/nan gradients unchecked: the weights became NaN for good."""
+    activation.enable_loss_scaling()
+    graph, train, init, w, scale_input = _train_step_graph(make_optimizer=lambda: _LarsLike(0.1))
+    with graph.as_default():
+        step = tf1.train.get_global_step()
+    with tf1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train, {scale_input: 1.0})
+        applied = session.run(w)
+        session.run(train, {scale_input: np.inf})  # inf gradients: this step is skipped
+        np.testing.assert_array_equal(session.run(w), applied)
+        assert session.run(step) == 1
+        session.run(train, {scale_input: 1.0})
+        assert np.isfinite(session.run(w)).all() and session.run(step) == 2
+
+
+def test_an_optimizer_assigning_in_its_own_apply_gradients_still_takes_unscaled_gradients():
+    """BERT's script: tf.gradients of the unscaled loss, then the override's apply_gradients,
+    applied as they are (the session says once that they are unscaled)."""
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", [2], initializer=tf1.ones_initializer())
+        opt = _LarsLike(0.1)
+        grads = tf.gradients(tf.reduce_sum(w * w), [w])
+        train = opt.apply_gradients(zip(grads, [w]))
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train)
+        assert (session.run(w) < 1.0).all()
+    assert not [v for v in graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES) if "loss_scale" in v.name]
 
 
 def test_an_automatically_scaled_optimizers_variables_include_the_loss_scale():

@@ -215,8 +215,34 @@ def _auto_scaler(opt):
         # scaler from inside its override: the scaler calls the base class's, not the override.
         scaler._inner_methods = {name: functools.partial(_original_methods[name], opt)
                                  for name in _DELEGATED_METHODS}
+        _route_own_apply_through(opt, scaler)
         _say_loss_scaling_is_on(opt, scaler.loss_scale)
     return scaler
+
+
+def _route_own_apply_through(opt, scaler) -> None:
+    """For a subclass whose own ``apply_gradients`` assigns the new values and never calls
+    an ``apply_gradients`` (SimCLR's LARS, BERT's AdamWeightDecay), called by ``minimize``:
+    the base ``compute_gradients`` scales its loss, so the override would apply overflowed
+    gradients unchecked.  ``opt.apply_gradients`` then hands gradients computed through
+    the scaler to the scaler's, which runs the override inside its skip branch; others
+    (``tf.gradients`` of the unscaled loss, as BERT's script computes them) go to the
+    override as before (unscaled_training.py says so)."""
+    own = type(opt).apply_gradients
+    code = getattr(own, "__code__", None)
+    if own is _tensorflow_v1().train.Optimizer.apply_gradients or code is None or \
+            "apply_gradients" in code.co_names:  # the base's, or an override reaching it
+        return
+    scaler._inner_methods["apply_gradients"] = functools.partial(own, opt)
+
+    @functools.wraps(own)
+    def apply_gradients(grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        if scaler.scaled([g for g, _ in grads_and_vars]):
+            return scaler.apply_gradients(grads_and_vars, *args, **kwargs)
+        return own(opt, grads_and_vars, *args, **kwargs)
+
+    opt.__dict__["apply_gradients"] = apply_gradients
 
 
 def _say_loss_scaling_is_on(opt, scale) -> None:
@@ -230,7 +256,8 @@ def _say_loss_scaling_is_on(opt, scale) -> None:
              "a step whose gradients hold inf/nan is skipped (no variable is updated) and the "
              "scale halved"
              % ("'%s' (%s)" % (opt.get_name(), type(opt).__name__),
-                scale.initial_loss_scale, scale.increment_period))
+                scale.initial_loss_scale, scale.increment_period),
+             key="automatic loss scaling is on")  # the line names the first optimizer only
 
 
 # -- warm starts and NaN-loss hooks -------------------------------------------------------

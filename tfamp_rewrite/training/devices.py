@@ -119,8 +119,8 @@ def first_time(key: str) -> bool:
     return True
 
 
-def log_once(message: str) -> None:
-    """Logs ``message`` as a warning the first time only."""
-    if message not in _logged:
-        _logged.add(message)
+def log_once(message: str, key: str = None) -> None:
+    """Logs ``message`` as a warning the first time only (the first time of ``key``, when
+    given: a line whose text varies)."""
+    if first_time(message if key is None else key):
         _logger.warning(message)

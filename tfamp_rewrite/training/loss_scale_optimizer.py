@@ -486,6 +486,12 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         self._checked = _CheckedGradients(tuple(unscaled), all_finite)
         return list(zip(unscaled, variables))
 
+    def scaled(self, grads) -> bool:
+        """Whether ``grads`` were computed from a loss this optimizer scaled (its
+        ``compute_gradients``', or through ``get_scaled_loss``)."""
+        tensors = _tensors_of(grads)
+        return bool(tensors) and _depends_on_any(tensors, self._scales_handed_out)
+
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Applies the (unscaled) gradients if they are all finite; updates the loss scale.
 
