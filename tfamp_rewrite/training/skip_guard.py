@@ -9,7 +9,11 @@ only some batches overflow (outliers every other batch), every such batch is ski
 good while the others apply, and the scale sinks to its floor all the same.  The guard::
 
     observe(scale, applied):
-        applied:  counted; the RECOVERED_AFTER-th in a row ends the episode (if any)
+        applied:  counted; the RECOVERED_AFTER-th in a row (or twice the longest run of
+                  applied steps between its skips, if more) ends the episode (if any) --
+                  until the scale grows, a later skip resumes it: batches that overflow
+                  one in 25 walk the scale down to its floor one halving at a time, in
+                  what is one fall
         skipped:  record scale in the episode's trajectory
                   due = scale fell by 2**fall_log2 since the episode began, or the
                         scale sits at min_loss_scale
@@ -44,6 +48,7 @@ class Episode:
     scales: List[float] = field(default_factory=list)
     applied: int = 0                    # steps applied since the first skip
     applied_in_a_row: int = 0           # ... since the last skip
+    longest_gap: int = 0                # the most steps applied in a row between two skips
     diagnosed_after_fall: bool = False  # a diagnosis ran once the scale had fallen far enough
     diagnosed_at_floor: bool = False    # a diagnosis ran with the scale at its floor
     named: bool = False                 # a culprit was named (the warning is given once)
@@ -71,22 +76,39 @@ class SkipGuard:
         self.episode: Optional[Episode] = None
         self._due = False
         self._after_heal = False
+        self._resumable: Optional[Episode] = None  # ended by applied steps, the scale not grown
+        self._applied_at: Optional[float] = None   # the scale the last applied step used
 
     def observe(self, scale: float, applied: bool) -> Optional[Episode]:
         """Records one step: the scale it used and whether its update was applied.  Returns
         the episode an applied step ended, if any."""
         episode = self.episode
         if applied:
+            grew = self._applied_at is not None and scale > self._applied_at
+            self._applied_at = scale
             if episode is None:
+                resumable = self._resumable
+                if resumable is not None and grew:
+                    self._resumable = None  # the scale grew: a new fall starts afresh
+                elif resumable is not None:
+                    resumable.applied += 1
+                    resumable.applied_in_a_row += 1
                 return None
             episode.applied += 1
             episode.applied_in_a_row += 1
-            if episode.applied_in_a_row < RECOVERED_AFTER:
+            if episode.applied_in_a_row < max(RECOVERED_AFTER, 2 * episode.longest_gap):
                 return None
-            self.restart()
+            # no probes ride the steps of a scale that recovered; a later skip resumes the
+            # episode, and is due again where the fall and the floor say so
+            self.episode, self._resumable, self._due = None, episode, False
             return episode
-        if episode is None:
+        if episode is None and self._resumable is not None:
+            episode = self.episode = self._resumable  # sparse skips: the same fall goes on
+        elif episode is None:
             episode = self.episode = Episode(start_scale=float(scale))
+        self._resumable = None
+        if episode.scales:
+            episode.longest_gap = max(episode.longest_gap, episode.applied_in_a_row)
         episode.applied_in_a_row = 0
         episode.scales.append(float(scale))
         if episode.named:
@@ -124,5 +146,5 @@ class SkipGuard:
 
     def restart(self, after_heal: bool = False) -> None:
         """Forgets the episode (steps applied again, or a heal restarted the scale)."""
-        self.episode, self._due = None, False
+        self.episode, self._due, self._resumable = None, False, None
         self._after_heal = after_heal
