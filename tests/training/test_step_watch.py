@@ -102,6 +102,41 @@ def test_batches_that_overflow_now_and_then_keep_one_episode_falling():
     assert "(9 skipped steps, 8 applied between them)" in guard.episode.trajectory()
 
 
+def test_batches_that_overflow_one_in_25_still_fall_as_one_episode_to_a_diagnosis():
+    """A near-empty memory row one batch in 25 (an NTM): each skip was an episode of its own,
+    ended by the applied steps after it, so the scale walked down to 1 and no diagnosis was
+    ever due.  A later skip resumes the episode while the scale has not grown since, and the
+    episode no longer ends between skips as far apart as those seen before."""
+    guard = SkipGuard(min_loss_scale=1.0)
+    scale, ended = 2.0 ** 15, []
+    for _ in range(8):
+        guard.observe(scale, applied=False)
+        scale /= 2
+        ended += [guard.observe(scale, applied=True) for _ in range(24)]
+    assert not guard.diagnosis_due
+    guard.observe(scale, applied=False)                      # 2**7: fallen by 2**8
+    assert guard.diagnosis_due
+    assert [e for e in ended if e is not None] == [ended[RECOVERED_AFTER - 1]]  # the first only
+    assert "(9 skipped steps, 192 applied between them)" in guard.episode.trajectory()
+    guard.diagnosed(named=False)
+    for _ in range(7):
+        scale /= 2
+        for _ in range(24):
+            guard.observe(scale, applied=True)
+        guard.observe(scale, applied=False)
+    assert guard.at_floor and guard.diagnosis_due            # the floor: diagnosed once more
+
+
+def test_a_scale_that_grew_again_starts_a_new_episode():
+    guard = SkipGuard(min_loss_scale=1.0)
+    guard.observe(2.0 ** 15, applied=False)
+    for _ in range(RECOVERED_AFTER):
+        guard.observe(2.0 ** 14, applied=True)
+    guard.observe(2.0 ** 15, applied=True)                   # 2000 finite steps later: doubled
+    guard.observe(2.0 ** 15, applied=False)
+    assert guard.episode.trajectory() == "32768 (1 skipped step)"
+
+
 def test_after_a_heal_the_first_skip_is_diagnosed_at_once():
     guard = SkipGuard()
     guard.restart(after_heal=True)
@@ -1516,3 +1551,36 @@ def test_heals_of_a_session_that_diverges_anyway_are_not_carried_to_the_next_tri
     said = "\n".join(r.getMessage() for r in caplog.records)
     assert "the model most likely fails in float32 as well" in said
     assert "start without these heals" in said
+
+
+def test_an_overflow_a_clip_at_zero_hides_is_found_and_healed_without_shape_readers(caplog):
+    """Pairwise squared distances as |a|^2 + |b|^2 - 2ab, clipped by tf.maximum(., 0) (the
+    metric-learning idiom), on 0..255-scale embeddings: the half Gram matrix overflows, the
+    clipped distances are exactly 0, the loss finite and its gradients zero -- nothing was
+    said while the weights stayed put.  The heal named a Shape reader of the Gram's value."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 32])
+        y = tf1.placeholder(tf.float32, [None])
+        embeddings = tf1.layers.dense(tf1.layers.dense(x, 64, activation=tf.nn.relu), 16)
+        squares = tf.reduce_sum(tf.square(embeddings), 1, keepdims=True)
+        gram = tf.matmul(embeddings, embeddings, transpose_b=True, name="gram")
+        distances = tf.maximum(squares + tf.transpose(squares) - 2.0 * gram, 0.0)
+        same = tf.cast(tf.equal(y[:, None], y[None, :]), tf.float32)
+        apart = tf.square(tf.maximum(100.0 - tf.sqrt(distances + 1e-6), 0.0))
+        loss = tf.reduce_mean(same * distances + (1 - same) * apart)
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    labels = rng.randint(0, 4, 64).astype(np.float32)
+    feed = {x: (rng.uniform(0, 255, (64, 32)) * 0.5 + labels[:, None] * 40).astype(np.float32), y: labels}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        losses = [session.run([train_op, loss], feed)[1] for _ in range(30)]
+        heals = session.heals
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "read by 'Maximum' (Maximum), which the values it returned do not show" in said
+    assert [h.nodes for h in heals] == [["gram"]]
+    assert losses[-1] < 0.7 * losses[0]

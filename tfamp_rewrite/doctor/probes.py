@@ -54,7 +54,7 @@ _CONSTANTS = frozenset({"Const", "HostConst"})
 _COPIES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", "Reshape", "Squeeze",
                      "ExpandDims", "EnsureShape", "CheckNumerics"})
 # Readers of a tensor's shape only: holding it in half changes nothing they compute.
-_SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike"})
+SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike"})
 # Ops that turn finite inputs into inf/nan, op -> (the inputs that can make them do so,
 # what the op does with them): a divisor of 0, a log of 0, an exp of 100.
 NONFINITE_MAKERS = {
@@ -123,7 +123,7 @@ def plan_probes(graph_def, rewritten_def, report: RewriteReport,
         if len(rewritten.inputs[r]) != len(original.inputs[i]):
             continue
         for k, (src, port) in enumerate(original.inputs[i]):
-            if original.ops[i] in _SHAPE_READERS:
+            if original.ops[i] in SHAPE_READERS:
                 break
             if (_dtype_out(original, src, port) == DT_FLOAT
                     and rewritten.vertex_dtype[rewritten.input_vertex(r, k)] in HALF_DTYPES):
@@ -162,7 +162,7 @@ def plan_boundary_probes(graph_def, report: RewriteReport) -> List[Probe]:
     roles = _roles(view)
     probes = []
     for i, node in enumerate(view.nodes):
-        if node.name in converted or i in unfetchable or view.ops[i] in _SHAPE_READERS:
+        if node.name in converted or i in unfetchable or view.ops[i] in SHAPE_READERS:
             continue
         producers = list(dict.fromkeys(view.nodes[src].name for src, _ in view.inputs[i]
                                        if view.nodes[src].name in converted))

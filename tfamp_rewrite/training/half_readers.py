@@ -6,11 +6,14 @@ nodes that read it, and through nodes that pass a value's size on -- the clear l
 activation that is the identity for large positive inputs) -- to theirs: a float32 sum of
 a gradient, read in half by the next layer's backprop, holds it as large; a -1e9 mask
 subtracted in float32 and concatenated in half is -inf there.  A heal keeps those float32
-too (``half_readers``), within ``MAX_READERS_KEPT`` nodes and ``MAX_NODES_WALKED`` walked.
+too (``half_readers``), within ``MAX_READERS_KEPT`` nodes and ``MAX_NODES_WALKED`` walked;
+not the readers of its shape only (a Shape, a ZerosLike), which hold no value of it.
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List
+
+from ..doctor.probes import SHAPE_READERS
 
 MAX_READERS_KEPT = 64  # converted nodes a culprit's value reaches that a heal also keeps float32
 MAX_NODES_WALKED = 512  # nodes passing a culprit's value on that are walked to find them
@@ -36,8 +39,8 @@ def half_readers(source: str, half_nodes: List[str], decisions: Dict[str, object
         node = passing.pop(0)
         for reader in readers(node):
             decision = decisions.get(reader)
-            if decision is None:
-                continue
+            if decision is None or decision.op in SHAPE_READERS:
+                continue  # a Shape reads no value: nothing to keep float32
             if decision.converted and reader not in kept:
                 kept.append(reader)
             if reader not in walked and passes_size_on(decision):

@@ -34,6 +34,9 @@ HIDING_OPS = {
     # Dividing by inf gives 0: SSIM on 0..255 images, whose smoothed x^2 + y^2 overflows
     # float16 in a depthwise convolution, comes out 0 (a normalisation, a variance below it).
     "RealDiv": (1,), "Div": (1,), "DivNoNan": (1,), "Reciprocal": (0,), "Inv": (0,),
+    # A clip turns -inf into its bound: squared distances as |a|^2 + |b|^2 - 2ab, clipped at
+    # 0 (metric learning's pairwise distances), are 0 where the half Gram matrix overflowed.
+    "Maximum": (0, 1), "Minimum": (0, 1), "ClipByValue": (0,),
 }
 _SCOPE = "tfamp_hidden_non_finite"
 
