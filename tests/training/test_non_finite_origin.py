@@ -224,3 +224,51 @@ def test_a_hand_written_update_through_batch_norm_is_searched_and_its_poisoned_w
     (line,) = [m for m in origin_lines(caplog) if "starts outside float16" in m]
     assert "variable 'dense/kernel' holds it" in line and "A run before the heal" in line
     assert "did not cause it" not in line
+
+
+def _segmentation_graph():
+    """A half Conv3D head: its hard Dice is 0/0 on an empty volume (float32's own NaN), its
+    logits overflow float16 at a gain of 3000; a PSNR of two equal frames, no half node
+    upstream, is inf in float32 too."""
+    graph = tf.Graph()
+    with graph.as_default():
+        volume = tf1.placeholder(tf.float32, [None, 4, 4, 4, 1], name="volume")
+        truth = tf1.placeholder(tf.float32, [None, 4, 4, 4, 1], name="truth")
+        gain = tf1.placeholder(tf.float32, [], name="gain")
+        logits = tf1.layers.conv3d(volume * gain, 1, 3, padding="same", name="seg_head",
+                                   kernel_initializer=tf1.constant_initializer(1.0))
+        predicted = tf.cast(logits > 0, tf.float32)
+        tf.identity(2 * tf.reduce_sum(predicted * truth)
+                    / (tf.reduce_sum(predicted) + tf.reduce_sum(truth)), name="dice")
+        tf.reduce_mean(tf.abs(logits), name="mean_logit")
+        frame = tf.ones([1, 8, 8, 1])
+        tf.reduce_mean(tf.image.psnr(frame, frame, max_val=1.0), name="frame_psnr")
+        init = tf1.global_variables_initializer()
+    return graph, init
+
+
+def test_an_inf_no_half_node_computes_is_not_said(caplog):
+    graph, init = _segmentation_graph()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        assert np.isinf(session.run("frame_psnr:0"))
+        assert not session._inference.looking_for_origin()
+    assert "frame_psnr" not in caplog.text
+
+
+def test_after_a_search_finds_float32_to_blame_later_float16_overflows_are_still_healed(caplog):
+    """A float32 NaN (a Dice of an empty volume) was said, searched and found float32's own;
+    the session stayed silent for good after, so a later evaluation's overflow of the half
+    Conv3D returned inf ever after, unsaid and unhealed."""
+    graph, init = _segmentation_graph()
+    empty, ones = np.zeros([1, 4, 4, 4, 1], np.float32), np.ones([1, 4, 4, 4, 1], np.float32)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(3):
+            session.run("dice:0", {"volume:0": -empty, "truth:0": empty, "gain:0": 1.0})
+        logits = [session.run("mean_logit:0", {"volume:0": ones, "gain:0": 3000.0}) for _ in range(4)]
+        heals = [h.nodes for h in session.heals]
+    said = origin_lines(caplog)
+    assert any("does not start in the float16 nodes" in line for line in said)
+    assert any("'seg_head/Conv3D' (Conv3D) is the first float16 node" in line for line in said)
+    assert heals == [["seg_head/Conv3D"]] and np.isfinite(logits[-1])

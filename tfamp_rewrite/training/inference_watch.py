@@ -67,6 +67,8 @@ class InferenceWatch:
         self._runs = 0             # inference runs, and training runs, counted for check_due
         self._step_runs = 0
         self._runs_of_kind = {}    # (fetches, feeds) -> its runs, among the first CHECK_EVERY_RUN
+        self._not_float16 = set()  # user nodes whose inf/nan a search found to start elsewhere
+        self._half_upstream = {}   # (generation, fetch name) -> whether a half node computes it
 
     def hidden_fetches(self, elements, fed=()):
         """What this inference run fetches besides, for ``after_run``: while an origin is
@@ -143,19 +145,25 @@ class InferenceWatch:
         tensor ``hidden`` (what ``hidden_fetches`` planned) found holding one; returns the
         origin an origin search found, for the session to heal."""
         if hidden is not None and hidden.kind == ORIGIN:
-            return self.search.after_run(hidden, hidden_statuses,
-                                         _non_finite_leaf(fetches, values) is not None)
+            found = self.search.after_run(hidden, hidden_statuses,
+                                          _non_finite_leaf(fetches, values) is not None)
+            if self.search.ended_without_origin:  # watch again, but not that node
+                self.search.ended_without_origin, self.said = False, False
+                self._not_float16.add(self.search.said_node)
+            return found
         if self.said:
             if self.search.waits_after_heal():
                 self.search.again_if_non_finite(_non_finite_leaf(fetches, values))
             return None
         found = _non_finite_leaf(fetches, values)
+        if found is not None and not self._float16_may_cause(found):
+            return None
         if found is not None:
             name = getattr(found, "name", found)
             self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
                       "healed it" % (" in %r" % name if isinstance(name, str) and name else ""), found)
-        elif hidden is not None and hidden_statuses is not None and np.any(hidden_statuses):
-            entry = hidden.entries[int(np.argmax(hidden_statuses))]
+        elif self._first_hidden(hidden, hidden_statuses) is not None:
+            entry = self._first_hidden(hidden, hidden_statuses)
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
                       "computed no loss-scaled step, so nothing watched or healed it" % (entry,), entry)
         return None
@@ -236,6 +244,32 @@ class InferenceWatch:
         name = getattr(element, "op", element).name
         scope = re.compile(r"(^|/)gradients(_\d+)?/%s_grad/" % re.escape(name))
         return any(scope.search(op.name) for op in graph.get_operations())
+
+    def _first_hidden(self, hidden, statuses):
+        """The first ``Hidden`` entry of plan ``hidden`` holding inf/nan (``statuses``), but
+        of a node a search found to start elsewhere; None when there is none."""
+        if hidden is None or statuses is None:
+            return None
+        return next((entry for entry, status in zip(hidden.entries, statuses)
+                     if status and entry.tensor.split(":")[0] not in self._not_float16), None)
+
+    def _float16_may_cause(self, fetch) -> bool:
+        """False for a fetch no half node lies upstream of (a PSNR of identical frames is inf
+        in float32 as much), or whose inf/nan a search already found to start elsewhere;
+        True where that cannot be told (a fetch structure that does not say which)."""
+        name = getattr(fetch, "name", fetch)
+        if not isinstance(name, str) or not name:
+            return True
+        if name.split(":")[0] in self._not_float16:
+            return False
+        key = (self.shadow.generation, name)
+        if key not in self._half_upstream:  # a float32 inf/nan may come back every run
+            try:
+                private = self.shadow.private_fetch(fetch)
+            except (TypeError, ValueError, KeyError):
+                return True
+            self._half_upstream[key] = any(self.shadow.computes_in_half(op) for op in ancestors([private]))
+        return self._half_upstream[key]
 
     def _say(self, what: str, said=None, then: str = "If float32 gives finite values there") -> None:
         """Says a run's inf/nan (``what``), once, and starts the search for its origin

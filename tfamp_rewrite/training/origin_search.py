@@ -55,7 +55,15 @@ class OriginSearch:
         self._again_after_heal = False   # healed: a run returning inf/nan again starts again
         self._healed = False             # a heal followed one of its finds
         self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
+        # the search ended finding no origin in float16 (float32's own, or it did not recur):
+        # the session watches its runs again (InferenceWatch.after_run)
+        self.ended_without_origin = False
         self._computes_said: Dict[tuple, bool] = {}  # (generation, node, run) -> computes it
+
+    @property
+    def said_node(self) -> Optional[str]:
+        """The user node whose inf/nan the search looks for (None: not known)."""
+        return self._said_node
 
     def start(self, said) -> None:
         """Opens a search for the inf/nan said of ``said``: a fetch, a name, a ``Hidden``
@@ -132,7 +140,7 @@ class OriginSearch:
             return None
         origin = NonFiniteOrigin.first(plan.entries, statuses)
         if origin is None and returned_non_finite:
-            self._runs_left = 0
+            self._runs_left, self.ended_without_origin = 0, True
             log_once("tfamp_rewrite: the inf/nan said above does not start in the %s nodes: a later "
                      "run returned inf/nan while none of them, nor any value they read, held any. It "
                      "comes from float32 nodes -- which the %s nodes' rounding may still have led "
@@ -144,6 +152,7 @@ class OriginSearch:
         if origin is None:
             self._runs_left -= 1
             if self._runs_left == 0:
+                self.ended_without_origin = True
                 log_once("tfamp_rewrite: the search for where the inf/nan said above starts has "
                          "ended: %d later runs found none in the %s nodes nor in the values they "
                          "read. It did not recur (an input out of range once), or it starts in "
@@ -197,6 +206,7 @@ class OriginSearch:
         self._runs_left -= 1
         if self._runs_left > 0:
             return
+        self.ended_without_origin = True
         variable = origin.kind != FED and self._variable_value(origin.node)
         if variable and self._healed:
             log_once("tfamp_rewrite: the inf/nan of this session's runs now starts outside %s: "
