@@ -103,6 +103,20 @@ def test_exclusions_leave_nodes_exactly_as_they_are():
     assert result.report.decision("gradients/conv1/Conv2D_grad/Conv2DBackpropInput").converted
 
 
+def test_a_graph_whose_every_allow_op_is_excluded_says_so_not_that_none_computes_in_float32():
+    """A session whose heals kept every MatMul and Conv float32 said of its next graph 'no
+    eligible allow-list op computes in float32', though all of them do."""
+    model = MODELS["conv_net_momentum"]()
+    allow = [n.name for n in model.graph_def.node if n.op in ("MatMul", "Conv2D", "Conv2DBackpropInput",
+                                                              "Conv2DBackpropFilter")]
+    result = rewrite_graph_def(model.graph_def, fetches=model.fetches, target="cpu",
+                               nodes_to_exclude=["^%s$" % name for name in allow])
+    assert result.report.nodes_converted == 0
+    assert result.report.nothing_converted_because == (
+        "every float32 allow-list op (%d) is excluded by name (nodes_to_exclude, or a session's "
+        "heals): nothing to convert" % len(allow))
+
+
 def test_nodes_to_exclude_takes_the_patterns_the_log_lines_give():
     """Names, tensor names, and regular expressions matched from the start (``'^logits/MatMul$'``,
     as the session's lines and the command line give them) exclude the same nodes."""

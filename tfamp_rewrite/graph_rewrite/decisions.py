@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..dtypes import DT_FLOAT, dtype_name
 from . import painter as rules
 from .casts import AppliedPaint, is_variable_read
-from .eligibility import HalfSupport
+from .eligibility import EXCLUDED_BY_NAME, HalfSupport
 from .graph_view import GraphView
 from .op_lists import OpLists
 from .painter import Paint
@@ -21,9 +21,13 @@ Reason = Tuple[str, str, Optional[str]]  # (rule, sentence, related node)
 _OTHER_FLOATS = ("float64", "float16", "bfloat16")
 
 
-def _why_nothing_to_convert(other_precision: Dict[str, int]) -> str:
+def _why_nothing_to_convert(other_precision: Dict[str, int], excluded: int = 0) -> str:
     """The note for a graph with no eligible float32 allow-list op, naming the other
-    precisions its allow-list ops compute in (a float64 model is left as it is)."""
+    precisions its allow-list ops compute in (a float64 model is left as it is), or the
+    ``excluded`` float32 ones that excluding them by name (a session's heals) keeps."""
+    if excluded:
+        return ("every float32 allow-list op (%d) is excluded by name (nodes_to_exclude, or a "
+                "session's heals): nothing to convert" % excluded)
     text = "no eligible allow-list op computes in float32: nothing to convert"
     if other_precision:
         text += " (%s; the pass converts float32 only)" % ", ".join(
@@ -52,10 +56,12 @@ class ReportBuilder:
         view = self.view
         report.nodes_total = len(view.nodes)
         other_precision: Dict[str, int] = {}  # eligible allow-list nodes with no float32 type
-        float32_allow = 0
+        float32_allow = excluded_allow = 0
         for node in range(len(view.nodes)):
             floats = self._float_vertices(node)
             decision = self.decide(node, floats)
+            if decision.category == "allow" and self.ineligible_reasons[node] == EXCLUDED_BY_NAME:
+                excluded_allow += bool(floats)
             if decision.category == "allow" and self.eligible[node]:
                 float32_allow += bool(floats)
                 for word in () if floats else self._other_float_types(node):
@@ -86,7 +92,7 @@ class ReportBuilder:
                     report.casts_to_half_excluding_constants += 1
         report.casts_added = len(self.applied.casts)
         if self.paint.nothing_to_do or not (float32_allow or report.nodes_converted):
-            report.nothing_converted_because = _why_nothing_to_convert(other_precision)
+            report.nothing_converted_because = _why_nothing_to_convert(other_precision, excluded_allow)
             report.notes.append(report.nothing_converted_because)
         unknown = sorted({view.ops[i] for i, op_def in enumerate(view.op_defs) if op_def is None})
         if unknown:

@@ -23,6 +23,7 @@ from ..tf_compat import KernelIndex
 from .graph_view import GraphView
 
 TARGETS = ("gpu", "cpu")
+EXCLUDED_BY_NAME = "excluded by name"  # the reason of a node nodes_to_exclude names
 SCOPE_EXCLUDE_ATTR = "_AutoMixedPrecisionScopeInclude"
 # Marks a node emulation.py runs as float32 for a half one: a later rewrite leaves it be.
 EMULATED_ATTR = "_AutoMixedPrecisionEmulated"

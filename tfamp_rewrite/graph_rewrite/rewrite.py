@@ -31,7 +31,7 @@ from ..tf_compat import KernelIndex, lookup_op_def, registered_op_names
 from .casts import AppliedPaint, apply_paint
 from .compat import AUTO, resolve_compat
 from .decisions import ReportBuilder
-from .eligibility import TARGETS, HalfSupport, node_eligibility
+from .eligibility import EXCLUDED_BY_NAME, TARGETS, HalfSupport, node_eligibility
 from .emulation import EmulationReport, computing_in_half, emulate_half
 from .forward_compat import strip_debug_names, strip_default_attrs
 from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
@@ -145,7 +145,7 @@ def rewrite_graph_def(graph_def, *, fetches: Iterable = (), feeds: Iterable = ()
 def _rewrite_copy(output, fetches, feeds, options, op_types_to_exclude, nodes_to_exclude):
     """``rewrite_graph_def`` on its private copy ``output``."""
     known = {node.name for node in output.node}
-    preserved = {name: "excluded by name" for name in _excluded_nodes(known, nodes_to_exclude)}
+    preserved = {name: EXCLUDED_BY_NAME for name in _excluded_nodes(known, nodes_to_exclude)}
     preserved.update(_preserved(known, feeds, "feed", "preserved: feed"))
     preserved.update(_preserved(known, fetches, "fetch", "preserved: fetch"))
     excluded_ops = frozenset(op_types_to_exclude)
