@@ -49,6 +49,17 @@ def test_no_scaling_when_gradients_fit():
     assert advise([gradient([-3], role=FORWARD)], [], FP16) is None
 
 
+def test_fixes_name_no_node_the_session_added_to_the_users_graph():
+    """A histogram summary's finite-values filter (``.../tfamp_finite_values/flat``) was kept
+    with the layer it reads, and named in nodes_to_exclude and the list edit, though the
+    user's graph holds no such node."""
+    layer = HalfNode("dense/MatMul", "MatMul", "allow")
+    ours = HalfNode("dense/Relu/tfamp_finite_values/flat", "Reshape", "clear")
+    fix = fix_for([layer, ours])
+    assert fix.nodes_to_exclude == ["^dense/MatMul$"] and "Reshape" not in fix.env
+    assert fix.nodes == ["dense/MatMul", "dense/Relu/tfamp_finite_values/flat"]  # both kept
+
+
 def test_fixes_name_every_node_holding_the_tensor_and_the_list_edit():
     producer, reader = HalfNode("sq", "Mul", "infer"), HalfNode("mm2", "MatMul", "allow")
     fix = fix_for([producer, reader])

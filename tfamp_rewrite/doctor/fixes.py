@@ -67,11 +67,19 @@ class Risk:
         return "%s%s" % (what, scaled)
 
 
+def added_by_the_plugin(name: str) -> bool:
+    """Whether node ``name`` is one the session added to the user's graph (a histogram's
+    finite-values filter, under a ``tfamp_`` scope): no edit of the user's names it."""
+    return any(part.startswith("tfamp_") for part in name.split("/"))
+
+
 def fix_for(nodes: List[HalfNode]) -> Fix:
-    """The edits that keep ``nodes`` float32 (module docstring)."""
+    """The edits that keep ``nodes`` float32 (module docstring); nodes the session added
+    to the user's graph are kept with the rest but named in no edit."""
     remove: Dict[str, List[str]] = {}
     deny: List[str] = []
-    for node in nodes:
+    named = [node for node in nodes if not added_by_the_plugin(node.name)]
+    for node in named:
         if node.op in deny:
             continue
         deny.append(node.op)
@@ -82,7 +90,7 @@ def fix_for(nodes: List[HalfNode]) -> Fix:
     env = ["%s%s_REMOVE=%s" % (ENV_PREFIX, _LIST_ENV[c], ",".join(ops)) for c, ops in sorted(remove.items())]
     env.append("%sDENYLIST_ADD=%s" % (ENV_PREFIX, ",".join(deny)))
     return Fix(nodes=[n.name for n in nodes], env=" ".join(env), lists=lists,
-               nodes_to_exclude=["^%s$" % re.escape(n.name) for n in nodes])
+               nodes_to_exclude=["^%s$" % re.escape(n.name) for n in named])
 
 
 def find_risks(ranges: List[TensorRange], limits: HalfLimits, scale_log2: Callable[[TensorRange], int],
