@@ -38,6 +38,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..doctor.fixes import added_by_the_plugin
 from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
@@ -515,8 +516,9 @@ class StepWatch:
         with_twins = (", with %s, the same layer%s under another scope (a target network, a tower, "
                       "a function called again)" % (_some(twins, 4), "s" if len(twins) > 1 else "")
                       if twins else "")
+        users = [n for n in culprits if not added_by_the_plugin(n)] or culprits
         _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) converted now)%s%s" % (
-                            _some(culprits), with_twins, report.nodes_converted, then,
+                            _some(users), with_twins, report.nodes_converted, then,
                             self._heal_file_hint()))
 
     def _heal_file_hint(self) -> str:
@@ -552,10 +554,11 @@ class StepWatch:
         _logger.warning(
             "tfamp_rewrite: training steps were skipped until the loss scale fell far enough: %s, "
             "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
-            "tensor stayed out of %s range at the lower scales, so nothing is kept float32: the "
-            "gradients are large for the initial scale. LossScaleOptimizer(opt, DynamicLossScale("
-            "initial_loss_scale=%g)) starts where this run settled (said once)"
-            % (episode.trajectory(), scale, self.shadow.dtype, scale))
+            "tensor stayed out of %s range at the lower scales so far, so nothing is kept "
+            "float32: the gradients are large for the initial scale. LossScaleOptimizer(opt, "
+            "DynamicLossScale(initial_loss_scale=%g)) starts where this run settled. Batches that "
+            "overflow only now and then (a rare large input) skip again later, and are diagnosed "
+            "then (said once)" % (episode.trajectory(), scale, self.shadow.dtype, scale))
 
     def _say_variables_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_variables:
