@@ -517,8 +517,8 @@ class StepWatch:
                       "a function called again)" % (_some(twins, 4), "s" if len(twins) > 1 else "")
                       if twins else "")
         users = [n for n in culprits if not added_by_the_plugin(n)] or culprits
-        _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) converted now)%s%s" % (
-                            _some(users), with_twins, report.nodes_converted, then,
+        _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) still %s)%s%s" % (
+                            _some(users), with_twins, report.nodes_converted, self.shadow.dtype, then,
                             self._heal_file_hint()))
 
     def _heal_file_hint(self) -> str:
