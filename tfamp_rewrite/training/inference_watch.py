@@ -40,7 +40,7 @@ from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import Origin
 from .op_walks import ancestors
 from .origin_search import OriginSearch
-from .run_plans import ORIGIN, RunPlans
+from .run_plans import ORIGIN, RunPlans, run_key
 from .shadow_graph import has_operation
 from .step_watch import AUTO_FIX_ENV
 
@@ -78,7 +78,7 @@ class InferenceWatch:
             return self.search.plan(elements, fed)
         if self.said:
             return None
-        return self._hidden.fetches(elements, fed) if self.check_due(_kind(elements, fed)) else None
+        return self._hidden.fetches(elements, fed) if self.check_due(run_key(elements, fed)) else None
 
     def adds_scaled_gradients(self, elements, fed=()) -> bool:
         """Whether a run of ``elements`` (fed ``fed``) adds loss-scaled gradients into an
@@ -124,7 +124,7 @@ class InferenceWatch:
         if self.looking_for_origin():
             return self.search.plan(elements, fed, training=True)
         plan = self.step_hidden_plan(elements, fed)
-        return plan if plan is not None and self.step_check_due(_kind(elements, fed)) else None
+        return plan if plan is not None and self.step_check_due(run_key(elements, fed)) else None
 
     def step_hidden_plan(self, elements, fed=()):
         """The checks of what a training run's forward pass hides (a callable's, fixed when
@@ -156,14 +156,14 @@ class InferenceWatch:
                 self.search.again_if_non_finite(_non_finite_leaf(fetches, values))
             return None
         found = _non_finite_leaf(fetches, values)
+        entry = self._first_hidden(hidden, hidden_statuses) if found is None else None
         if found is not None and not self._float16_may_cause(found):
             return None
         if found is not None:
             name = getattr(found, "name", found)
             self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
                       "healed it" % (" in %r" % name if isinstance(name, str) and name else ""), found)
-        elif self._first_hidden(hidden, hidden_statuses) is not None:
-            entry = self._first_hidden(hidden, hidden_statuses)
+        elif entry is not None:
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
                       "computed no loss-scaled step, so nothing watched or healed it" % (entry,), entry)
         return None
@@ -287,12 +287,6 @@ class InferenceWatch:
         if self.heals:
             return "the session keeps %s float32 if %s made it" % (node, self.shadow.dtype)
         return "say the list edit that keeps %s float32 (healing is off: %s=0)" % (node, AUTO_FIX_ENV)
-
-
-def _kind(elements, fed) -> tuple:
-    """A run's kind: the names of what it fetches and feeds."""
-    return (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(getattr(f, "name", str(f))
-                                                                            for f in fed)))
 
 
 def _due(count: int) -> bool:

@@ -38,10 +38,10 @@ from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
 from .op_walks import ancestors
 from .shadow_graph import has_operation
 from .twins import twin_nodes
+from .variable_check import VARIABLE_OPS
 from .while_loops import while_loops
 
 ORIGIN_RUNS = 8  # runs that look for the origin, once inf/nan was said
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
 
 class OriginSearch:
@@ -231,7 +231,7 @@ class OriginSearch:
         op = self.shadow.user_graph.get_operation_by_name(node)
         if op.type in ("Identity", "ReadVariableOp") and op.inputs:
             op = op.inputs[0].op
-        return op.name if op.type in _VARIABLE_OPS else None
+        return op.name if op.type in VARIABLE_OPS else None
 
     def _loop_left_by(self, origin: Origin) -> Optional[Tuple[str, List[str]]]:
         """(frame, its converted nodes) when ``origin`` is the Exit of a TF1 while loop with

@@ -47,10 +47,15 @@ class RunPlans:
         if key != self._key:  # a heal imported a new generation
             self._key = key
             self._planned.clear()
-        run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
+        run = run_key(elements, fed)
         if run not in self._planned:
             self._planned[run] = self._plan(elements, fed)
         return self._planned[run]
+
+
+def run_key(elements: Sequence, fed=()) -> tuple:
+    """What tells a run apart: the names of what it fetches (``elements``) and feeds."""
+    return tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed))
 
 
 def computed_by(elements: Sequence, fed_names=frozenset()) -> Tuple[List, Set]:

@@ -69,6 +69,7 @@ from ..doctor.probes import (
 )
 from ..graph_rewrite.graph_view import parse_input, topological_names
 from .half_readers import half_readers
+from .op_walks import reachable
 from .while_loops import while_loops
 
 FRONTIER_DEPTH = 6  # float32 nodes between an inf/nan and the half tensor held to blame
@@ -128,8 +129,8 @@ class StepDiagnosis:
             for tensor in tensors:
                 self._readers.setdefault(tensor.split(":")[0], []).append(node)
         self._loops = while_loops(user_def, self._readers)
-        self._checked = _upstream_of([node.name for node in user_def.node if in_unscale_scope(node.name)],
-                                     self._inputs)
+        self._checked = reachable([node.name for node in user_def.node if in_unscale_scope(node.name)],
+                                  lambda node: [t.split(":")[0] for t in self._inputs.get(node, ())])
         probes = plan_probes(user_def, rewritten_def, report).probes
         held = self._held = {p.tensor for p in probes}
         self._boundaries = {p.tensor: p for p in plan_boundary_probes(user_def, report)}
@@ -141,7 +142,6 @@ class StepDiagnosis:
         self._makers = {p.tensor for p in makers}
         probes += makers
         self._half_fed: Optional[Set[str]] = None  # nodes a converted node's value reaches
-        self._user_def = user_def
         order = {name: i for i, name in enumerate(topological_names(user_def))}
         probes.sort(key=lambda p: (order.get(p.node, len(order)), p.tensor))
         self._by_private = {private_name(p.tensor): p for p in probes}
@@ -224,11 +224,7 @@ class StepDiagnosis:
     def _nodes_half_fed(self) -> Set[str]:
         """Converted nodes and every node their values reach, through data inputs."""
         if self._half_fed is None:
-            found = set(self._converted)
-            for name in topological_names(self._user_def):
-                if name not in found and any(t.split(":")[0] in found for t in self._inputs.get(name, ())):
-                    found.add(name)
-            self._half_fed = found
+            self._half_fed = reachable(self._converted, lambda node: self._readers.get(node, ()))
         return self._half_fed
 
     def _tainted(self, tensor: str, nonfinite: Dict[str, bool]) -> bool:
@@ -387,17 +383,6 @@ class StepDiagnosis:
                        max_abs=largest if np.isfinite(largest) else float("inf"),
                        half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
                        fix=fix_for(probe.half_nodes), presumed=presumed)
-
-
-def _upstream_of(nodes: List[str], inputs: Dict[str, List[str]]) -> Set[str]:
-    """``nodes`` and every node they read, through data inputs."""
-    found, stack = set(), list(nodes)
-    while stack:
-        node = stack.pop()
-        if node not in found:
-            found.add(node)
-            stack.extend(tensor.split(":")[0] for tensor in inputs.get(node, ()))
-    return found
 
 
 def _names(half_nodes) -> str:

@@ -577,10 +577,11 @@ class StepWatch:
         else:
             cause = ("Mixed precision did not cause it. Look at where the weights diverged (a "
                      "checkpoint restored from a run that diverged, an assignment, or a float32 "
-                     "update that overflowed)%s" % (
-                         ". The %d heal(s) of this session did not stop it either: later sessions "
-                         "of this process start without them%s" % (len(self.heals), self._forget_heals())
-                         if self.heals else ""))
+                     "update that overflowed)")
+            if self.heals:
+                cause += (". The %d heal(s) of this session did not stop it either: later "
+                          "sessions of this process start without them%s"
+                          % (len(self.heals), self._forget_heals()))
         state = [n for n in names if n in self._variable_check.state]
         _logger.warning(
             "tfamp_rewrite: training steps are being skipped (loss scale %s) because %s not "
