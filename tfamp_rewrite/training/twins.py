@@ -105,13 +105,15 @@ def _reads_a_variable(op) -> bool:
 
 def _alike_inputs(op, head: str, other, other_head: str) -> bool:
     """Whether ``op`` (under scope ``head``) and ``other`` read the same ops, those within
-    their scopes named alike there ("online/h/Relu" and "target/h/Relu"), or one tensor."""
+    their scopes named alike there ("online/h/Relu" and "target/h/Relu"), or one tensor;
+    of shapes that may be the same (a distilled student's "student/out" is no twin of its
+    wider teacher's "teacher/out")."""
     if len(op.inputs) != len(other.inputs):
         return False
     for mine, theirs in zip(op.inputs, other.inputs):
         if mine.name == theirs.name:  # one tensor: a shared weight's read
             continue
-        if mine.op.type != theirs.op.type:
+        if mine.op.type != theirs.op.type or not mine.shape.is_compatible_with(theirs.shape):
             return False
         inside = mine.op.name.startswith(head + "/"), theirs.op.name.startswith(other_head + "/")
         if any(inside) and (not all(inside) or mine.op.name[len(head):] != theirs.op.name[len(other_head):]):
