@@ -113,8 +113,8 @@ def test_a_graph_whose_every_allow_op_is_excluded_says_so_not_that_none_computes
                                nodes_to_exclude=["^%s$" % name for name in allow])
     assert result.report.nodes_converted == 0
     assert result.report.nothing_converted_because == (
-        "every float32 allow-list op (%d) is excluded by name (nodes_to_exclude, or a session's "
-        "heals): nothing to convert" % len(allow))
+        "every float32 allow-list op (%d) is excluded by name (nodes_to_exclude, "
+        "TFAMP_REWRITE_NODES_TO_EXCLUDE, or a session's heals): nothing to convert" % len(allow))
 
 
 def test_nodes_to_exclude_takes_the_patterns_the_log_lines_give():

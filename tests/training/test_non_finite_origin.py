@@ -54,7 +54,7 @@ def test_the_node_that_overflowed_is_named_not_the_fetched_one(monkeypatch, capl
     (line,) = origin_lines(caplog)
     assert "'kernel' (MatMul) is the first float16 node computing inf/nan" in line
     # kept float32 with the nodes its 1.2e5 reaches in half: the ReLU passes it on to 'out'
-    assert "nodes_to_exclude=['^kernel$', '^Relu$', '^out$']" in line and "DENYLIST_ADD=MatMul" in line
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^kernel$,^Relu$,^out$'" in line and "DENYLIST_ADD=MatMul" in line
     np.testing.assert_array_equal(values[1], values[0])  # the search changes nothing it returns
     assert np.isfinite(values[2]).all()  # healed
 
@@ -65,7 +65,7 @@ def test_a_float32_value_past_the_half_range_names_its_half_readers(monkeypatch,
     run_three_times(two_layer_graph("exp"), np.full([2, 4], 12.0, np.float32), caplog)  # e^12 = 1.6e5
     (line,) = origin_lines(caplog)
     assert "the float32 value of 'grow' (Exp) does not fit float16 where 'kernel' reads it" in line
-    assert "nodes_to_exclude=['^kernel$']" in line  # a MatMul computes a value of its own
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^kernel$'" in line  # a MatMul computes a value of its own
 
 
 def float32_then_runs_and_heals(graph, value, runs, caplog):

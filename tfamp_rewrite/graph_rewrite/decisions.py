@@ -26,8 +26,8 @@ def _why_nothing_to_convert(other_precision: Dict[str, int], excluded: int = 0) 
     precisions its allow-list ops compute in (a float64 model is left as it is), or the
     ``excluded`` float32 ones that excluding them by name (a session's heals) keeps."""
     if excluded:
-        return ("every float32 allow-list op (%d) is excluded by name (nodes_to_exclude, or a "
-                "session's heals): nothing to convert" % excluded)
+        return ("every float32 allow-list op (%d) is excluded by name (nodes_to_exclude, "
+                "TFAMP_REWRITE_NODES_TO_EXCLUDE, or a session's heals): nothing to convert" % excluded)
     text = "no eligible allow-list op computes in float32: nothing to convert"
     if other_precision:
         text += " (%s; the pass converts float32 only)" % ", ".join(

@@ -20,6 +20,7 @@ from typing import List, Optional, Tuple
 TARGET_ENV = "TFAMP_REWRITE_TARGET"
 DTYPE_ENV = "TFAMP_REWRITE_DTYPE"
 NUMERICS_ENV = "TFAMP_REWRITE_NUMERICS"
+NODES_TO_EXCLUDE_ENV = "TFAMP_REWRITE_NODES_TO_EXCLUDE"
 _NUMERICS = ("native", "emulate")
 _SETTINGS = ("auto", "gpu", "cpu")
 _MIN_CAPABILITY = {"float16": (7, 0), "bfloat16": (8, 0)}
@@ -59,6 +60,29 @@ def session_numerics(numerics: Optional[str] = None) -> str:
         raise ValueError("%s=%r is not supported; use native (half kernels) or emulate (float32 "
                          "kernels on values rounded to half)" % (NUMERICS_ENV, numerics))
     return numerics
+
+
+def session_nodes_to_exclude(patterns=None) -> List["re.Pattern"]:
+    """The nodes sessions keep float32 by name: ``patterns`` (regular expressions matched
+    from the start of node names, as the log lines give them: ``'^logits$'``), else
+    ``$TFAMP_REWRITE_NODES_TO_EXCLUDE``, comma-separated; compiled."""
+    if patterns is None:
+        patterns = [p.strip() for p in os.environ.get(NODES_TO_EXCLUDE_ENV, "").split(",") if p.strip()]
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as error:
+            raise ValueError("%s: %r is not a regular expression (%s); give node names or "
+                             "patterns such as '^dense/MatMul$', comma-separated"
+                             % (NODES_TO_EXCLUDE_ENV, pattern, error)) from None
+    return compiled
+
+
+def nodes_to_exclude_setting(patterns: List[str]) -> str:
+    """The setting that keeps the nodes ``patterns`` match float32 in every session:
+    ``TFAMP_REWRITE_NODES_TO_EXCLUDE='^a$,^b$'``, as a fix in a log line gives it."""
+    return "%s='%s'" % (NODES_TO_EXCLUDE_ENV, ",".join(patterns))
 
 
 def gpu_compute_capabilities() -> List[Tuple[int, int]]:

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..doctor.fixes import fix_for
 from ..doctor.probes import HalfNode
-from .devices import log_once
+from .devices import log_once, nodes_to_exclude_setting
 from .half_readers import half_readers
 from .heal_memory import HEAL_FILE_ENV
 from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
@@ -193,9 +193,11 @@ class OriginSearch:
                 + (", ..." if len(others) > 4 else ""))
         twins = twin_nodes(self.shadow.user_graph, keep, self.shadow.converted_now())
         log_once("tfamp_rewrite: found where the inf/nan starts (a later run of the rewritten "
-                 "graph): %s. Keep %s float32 with %s or nodes_to_exclude=%s (said once)" % (
-                     where, "them" if len(keep) > 1 else "it", self.list_edit(keep),
-                     ["^%s$" % re.escape(name) for name in keep + twins]))
+                 "graph): %s. Keep %s float32: these nodes alone with %s, every node of their "
+                 "op types with %s (said once)" % (
+                     where, "them" if len(keep) > 1 else "it",
+                     nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in keep + twins]),
+                     self.list_edit(keep)))
         return origin, keep
 
     def _outside_float16(self, origin: Origin) -> None:

@@ -21,7 +21,9 @@ nodes run half kernels unless ``Session(numerics="emulate")`` or
 ``TFAMP_REWRITE_NUMERICS=emulate`` asks for float32 kernels on values rounded to half.
 Whose pass it follows is ``Session(compat=...)``, else ``TFAMP_REWRITE_COMPAT``, else
 ``auto``: the running TensorFlow's (graph_rewrite/compat.py).  Each rewrite logs one INFO
-line naming what it converted and these settings.
+line naming what it converted and these settings.  ``Session(nodes_to_exclude=[...])``, else
+``TFAMP_REWRITE_NODES_TO_EXCLUDE`` (comma-separated), keeps the nodes those regular
+expressions match from the start of their names float32, as the log lines' fixes give them.
 """
 from __future__ import annotations
 
@@ -42,7 +44,13 @@ from . import step_watch
 from .checkpoint_heals import SAVE, CheckpointRuns, kept_beside, save_beside
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
-from .devices import log_once, session_dtype, session_numerics, session_rewrite_target
+from .devices import (
+    log_once,
+    session_dtype,
+    session_nodes_to_exclude,
+    session_numerics,
+    session_rewrite_target,
+)
 from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file, remember_healed
 from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
@@ -61,7 +69,7 @@ class _RewritingSession:
     """Mixin over a TensorFlow session class; see the module docstring."""
 
     def __init__(self, target="", graph=None, config=None, dtype=None, numerics=None, compat=None,
-                 auto_fix=None):
+                 auto_fix=None, nodes_to_exclude=None):
         # TensorFlow's __del__ reads _session; a bad argument raises below before
         # BaseSession.__init__ would set it.
         self._session = None
@@ -70,6 +78,8 @@ class _RewritingSession:
         self._unscaled = UnscaledTrainingWatch()
         self._shadow = self._make_shadow(session_dtype(dtype), session_numerics(numerics),
                                          session_compat(compat), config, target)
+        if self._shadow is not None:
+            self._shadow.excluded_by_name = session_nodes_to_exclude(nodes_to_exclude)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
         self._checkpoints = CheckpointRuns()

@@ -40,10 +40,11 @@ from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from ..user_log import LOGGER_NAME, log_info
 from .check_deferral import defer_checks
-from .devices import log_once
+from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .gradient_accumulation import gradient_accumulators
+from .half_writes import STORE_OPS, half_written_variables, say_half_writes
 from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
@@ -85,6 +86,7 @@ class ShadowGraph:
         self.decisions: Dict[str, object] = {}  # user node -> its latest rewrite decision
         self._converted_ever: Set[str] = set()  # user nodes some rewrite converted
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
+        self.excluded_by_name: list = []     # compiled patterns: nodes the user keeps float32
         self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
         self.last_rewrite = None             # (user GraphDef, RewriteResult) of the latest import
         self._scope = ""                     # name scope of the current generation ("" first)
@@ -124,6 +126,7 @@ class ShadowGraph:
             self.last_rewrite = (graph_def, result)
             self._note_deferred(deferred)
             self._synced(graph_def, result, added, time.perf_counter() - start)
+            self._say_half_writes(graph_def, added)
 
     def heal(self, nodes) -> RewriteReport:
         """Keeps the user graph's ``nodes`` float32 from now on: rewrites the graph again
@@ -227,10 +230,9 @@ class ShadowGraph:
         ``whole``: it replaces what the private graph runs (a new generation), rather than
         adding the nodes not imported yet.
         """
-        known = {node.name for node in graph_def.node}
         result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
                                    numerics=self.numerics, compat=self.compat,
-                                   nodes_to_exclude=sorted(self.kept_float32 & known))
+                                   nodes_to_exclude=self._excluded(graph_def))
         if result.report.emulation is not None and round_to_half_available() and \
                 self._ops_library_usable("emulated numerics round with Cast pairs"):
             use_rounding_op(result.graph_def, result.report.emulation)
@@ -255,10 +257,20 @@ class ShadowGraph:
         graph_def, result = self.last_rewrite
         if self.numerics == "native":
             return graph_def, result
-        known = {node.name for node in graph_def.node}
         return graph_def, rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
-                                            compat=self.compat,
-                                            nodes_to_exclude=sorted(self.kept_float32 & known))
+                                            compat=self.compat, nodes_to_exclude=self._excluded(graph_def))
+
+    def _excluded(self, graph_def) -> List[str]:
+        """The nodes of ``graph_def`` the rewrite leaves float32: healed, or named by the
+        user's patterns (``excluded_by_name``; the first time some match, said once)."""
+        known = {node.name for node in graph_def.node}
+        named = {name for name in known if any(p.match(name) for p in self.excluded_by_name)}
+        if named:
+            log_once("tfamp_rewrite: %s keeps %d node(s) of the session graph float32 by name "
+                     "(e.g. %r)%s" % (NODES_TO_EXCLUDE_ENV, len(named), min(named), "".join(
+                         "; %r matches none of them" % p.pattern for p in self.excluded_by_name
+                         if not any(p.match(name) for name in named))))
+        return sorted((self.kept_float32 & known) | named)
 
     def _import_generation(self, rewritten_def) -> None:
         """Imports ``rewritten_def`` whole, under a new scope, sharing state (generations.py)."""
@@ -348,6 +360,18 @@ class ShadowGraph:
             return
         _SAID_SUMMARIES.add(line)
         log_info(line)
+
+    def _say_half_writes(self, graph_def, added: List[str]) -> None:
+        """Says, once, an assignment among the ``added`` nodes that stores a value a
+        converted node computes in a float32 variable (half_writes.py)."""
+        added = set(added)
+        stores = [node for node in graph_def.node if node.name in added and node.op in STORE_OPS]
+        if not stores:
+            return
+        by_name = {node.name: node for node in graph_def.node}
+        say_half_writes(half_written_variables(
+            stores, by_name.get, lambda name: name in self.decisions and self.decisions[name].converted
+            and name not in self.kept_float32), self.dtype)
 
     def _import_additions(self, user_def, rewritten_def) -> None:
         """Imports the nodes the user graph gained into the current generation: under its

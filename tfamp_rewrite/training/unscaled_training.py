@@ -256,7 +256,7 @@ class UnscaledTrainingWatch:
             "Gradients that stay zero at any constant come from rounding, not flushing: a "
             "perturbation of the input below float16's resolution (VAT's x + 1e-6 * d) rounds "
             "away where a half node reads the sum, and no loss scale brings it back -- keep that "
-            "reader float32 (nodes_to_exclude) (said once)." % scope)
+            "reader float32 (TFAMP_REWRITE_NODES_TO_EXCLUDE) (said once)." % scope)
 
     def _say_unguarded(self, names: List[str]) -> None:
         log_once(
