@@ -137,6 +137,20 @@ def test_a_scale_that_grew_again_starts_a_new_episode():
     assert guard.episode.trajectory() == "32768 (1 skipped step)"
 
 
+def test_a_skip_whose_loss_is_not_finite_is_diagnosed_at_once_once_per_episode():
+    """No loss scale makes or mends an inf/nan loss: no fall of the scale is waited for."""
+    guard = SkipGuard()
+    guard.observe(INITIAL_SCALE, applied=False, loss_finite=False)
+    assert guard.diagnosis_due
+    guard.diagnosed(named=False)
+    guard.observe(INITIAL_SCALE / 2, applied=False, loss_finite=False)
+    assert not guard.diagnosis_due    # the fall and the floor decide the rest of the episode
+    for _ in range(RECOVERED_AFTER):
+        guard.observe(INITIAL_SCALE / 4, applied=True)
+    guard.observe(INITIAL_SCALE / 4, applied=False, loss_finite=True)
+    assert not guard.diagnosis_due    # gradients alone: the scale may still be too high
+
+
 def test_after_a_heal_the_first_skip_is_diagnosed_at_once():
     guard = SkipGuard()
     guard.restart(after_heal=True)
@@ -214,8 +228,11 @@ def test_a_forward_overflow_is_named_healed_and_training_goes_on(caplog):
             final_step = session.run(parts["global_step"])
     (message,) = culprit_messages(caplog)
     assert "'logits' (MatMul, allow list)" in message and "forward value 'logits:0'" in message
-    assert "32768 -> 16384" in message and "-> 64 (10 skipped steps)" in message
-    assert "ALLOWLIST_REMOVE=MatMul" in message and "nodes_to_exclude=['^logits$'" in message
+    # the loss itself was NaN: diagnosed on the next skipped step, not after a fall of 2**8
+    assert "loss scale 32768 -> 16384 (2 skipped steps)" in message
+    (first,) = [r.getMessage() for r in caplog.records if "a training step was skipped" in r.getMessage()]
+    assert "its loss itself was inf/nan" in first and "nor advanced global_step" in first
+    assert "ALLOWLIST_REMOVE=MatMul" in message and "TFAMP_REWRITE_NODES_TO_EXCLUDE='^logits$" in message
     assert "heal 1 of at most 16" in message
     (heal,) = session.heals
     assert heal.culprit == "logits:0" and "logits" in heal.nodes and heal.max_abs > 65504
@@ -425,7 +442,8 @@ def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
     # the line naming the cause (a skipped step's, or the search an inference run started)
     (finding,) = [r.getMessage() for r in caplog.records if "are being skipped" in r.getMessage()
                   or "found where the inf/nan starts" in r.getMessage()]
-    assert "'^target/q/MatMul$'" in finding and "'^online/q/MatMul$'" in finding  # the edit keeps both
+    edit = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", finding).group(1).split(",")
+    assert {"^target/q/MatMul$", "^online/q/MatMul$"} <= set(edit)  # the edit keeps both
 
 
 def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
@@ -448,6 +466,20 @@ def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
     assert twin_nodes(graph, ["online/h/Relu"], every) == ["target/h/Relu"]
     assert twin_nodes(graph, ["dense_1/MatMul"], every) == []
     assert twin_nodes(graph, ["fc1/Tensordot/MatMul", "fc1/Tensordot/Reshape"], every) == []
+
+
+def test_a_student_is_no_twin_of_its_wider_teacher():
+    """Distillation names a teacher's and a student's layers alike; a 64-wide student's
+    'student/out/MatMul' is not the same layer as a 256-wide teacher's 'teacher/out/MatMul'."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 64])
+        for scope, width in (("teacher", 256), ("student", 64), ("student_copy", 64)):
+            with tf1.variable_scope(scope):
+                tf1.layers.dense(tf1.layers.dense(x, width, tf.nn.relu, name="fc1"), 10, name="out")
+    every = {op.name for op in graph.get_operations()}
+    assert twin_nodes(graph, ["student/out/MatMul"], every) == ["student_copy/out/MatMul"]
+    assert twin_nodes(graph, ["teacher/fc1/MatMul"], every) == []
 
 
 @pytest.mark.parametrize("resource", [False, True])
@@ -611,8 +643,9 @@ def test_outlier_batches_every_other_step_are_diagnosed_and_healed(caplog):
 
 
 def test_with_two_loss_scaled_optimizers_the_skip_line_names_the_step_that_skipped(caplog):
-    """A GAN's two optimizers each have a loss scale: the line says which step skipped by
-    the variables it updates, not by a loss-scale variable's scope."""
+    """A GAN's two optimizers each have a loss scale: the lines say which step skipped by
+    the variables it updates, not by a loss-scale variable's scope -- the first skip, and
+    where that step's scale settled."""
     graph = tf.Graph()
     with graph.as_default():
         x = tf.constant(np.full([8, 8], 8.0, np.float32))
@@ -628,9 +661,12 @@ def test_with_two_loss_scaled_optimizers_the_skip_line_names_the_step_that_skipp
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=graph) as session:
             session.run(init)
-            session.run(trains)
+            for _ in range(30):
+                session.run(trains)
     (said,) = [r.getMessage() for r in caplog.records if "a training step was skipped" in r.getMessage()]
     assert "(the step updating 'discriminator/w' and 1 more variable)" in said
+    (settled,) = [r.getMessage() for r in caplog.records if "fell far enough" in r.getMessage()]
+    assert "training steps (those updating 'discriminator/w' and 1 more variable) were skipped" in settled
 
 
 def test_a_scale_that_falls_a_few_steps_is_said_once_at_info_only(caplog):
@@ -770,6 +806,86 @@ def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tm
     assert not [name for name in tf.io.gfile.listdir(directory) if name.startswith(".tfamp-heals-")]
     tf.io.gfile.remove(beside)
     assert not np.isfinite(evaluate()).all()  # the proof: without them, float16 overflows
+
+
+@pytest.mark.skipif(not hasattr(tf1, "estimator"), reason="this TensorFlow has no Estimator (gone in 2.16)")
+def test_an_estimator_export_says_where_its_heals_end_up_not_its_temporary_directory(tmp_path, caplog):
+    """An Estimator writes its SavedModel to <base>/temp-<timestamp> and renames it: the line
+    names the heal file where a server loads it from."""
+    from tfamp_rewrite.training import activation
+
+    inputs = (np.random.RandomState(0).standard_normal([16, 32]) * 2000.0).astype(np.float32)
+
+    def model_fn(features, labels, mode):
+        w1 = tf1.get_variable("w1", initializer=tf1.random_normal([32, 64], stddev=1.0, seed=1))
+        w2 = tf1.get_variable("w2", initializer=tf1.random_normal([64, 4], stddev=1.0, seed=2))
+        logits = tf.matmul(tf.nn.relu(tf.matmul(features["x"], w1)), w2, name="logits")
+        if mode == tf1.estimator.ModeKeys.PREDICT:
+            return tf1.estimator.EstimatorSpec(mode, predictions={"logits": logits})
+        loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits)
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.MomentumOptimizer(1e-9, 0.9), "dynamic")
+        return tf1.estimator.EstimatorSpec(mode, loss=loss, train_op=opt.minimize(
+            loss, global_step=tf1.train.get_or_create_global_step()))
+
+    def input_fn():
+        return tf1.data.Dataset.from_tensors(({"x": inputs}, np.zeros(16, np.int32))).repeat()
+
+    def serving_input_fn():
+        x = tf1.placeholder(tf.float32, [None, 32], name="x")
+        return tf1.estimator.export.ServingInputReceiver({"x": x}, {"x": x})
+
+    activation.enable_graph_rewrite()
+    try:
+        with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+            estimator = tf1.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
+            estimator.train(input_fn, max_steps=2)
+            exported = estimator.export_saved_model(str(tmp_path / "export"), serving_input_fn)
+    finally:
+        activation.deactivate()
+    exported = exported.decode() if isinstance(exported, bytes) else exported
+    beside = os.path.join(exported, "variables", heal_files.HEALS_BESIDE_CHECKPOINTS)
+    assert "logits" in json.loads(open(beside).read())["kept_float32"]
+    (line,) = [r.getMessage() for r in caplog.records
+               if "in the SavedModel an Estimator exports" in r.getMessage()]
+    assert line.startswith("tfamp_rewrite: %s, in the SavedModel" % beside)
+    assert "temp-%s" % os.path.basename(exported) in line and "which it then renames" in line
+
+
+def test_the_fix_a_warning_gives_keeps_the_node_float32_from_the_first_step(monkeypatch, caplog):
+    """The warning's TFAMP_REWRITE_NODES_TO_EXCLUDE, set in the next run, keeps the culprit
+    float32 from its first step: its loss is finite, nothing is named or healed; said once."""
+    parts = overflow_net()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 3)
+    (message,) = culprit_messages(caplog)
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", message).group(1)
+    monkeypatch.setenv("TFAMP_REWRITE_NODES_TO_EXCLUDE", setting + ",^no_such_node$")
+    monkeypatch.setattr(devices, "_logged", set())
+    monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # the next run: a new process
+    caplog.clear()
+    again = overflow_net()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=again["graph"]) as session:
+            session.run(again["init"])
+            losses = train(again, session, 3)
+            decision = session.rewrite_reports[-1].decision("logits")
+    assert np.isfinite(losses).all() and session.heals == [] and decision.dtype == "float32"
+    assert culprit_messages(caplog) == []
+    (said,) = [r.getMessage() for r in caplog.records if "float32 by name" in r.getMessage()]
+    assert "keeps 1 node(s)" in said and "'^no_such_node$' matches none of them" in said
+
+
+def test_nodes_to_exclude_given_to_a_session_and_a_bad_pattern(monkeypatch):
+    parts = overflow_net()
+    with tfamp_rewrite.Session(graph=parts["graph"], nodes_to_exclude=["^logits$"]) as session:
+        session.run(parts["init"])
+        assert np.isfinite(train(parts, session, 2)).all() and session.heals == []
+    monkeypatch.setenv("TFAMP_REWRITE_NODES_TO_EXCLUDE", "^logits$,dense[")
+    with pytest.raises(ValueError, match=r"TFAMP_REWRITE_NODES_TO_EXCLUDE: 'dense\[' is not a regular "
+                                         r"expression .*comma-separated$"):
+        tfamp_rewrite.Session(graph=parts["graph"])
 
 
 def test_a_session_keeping_nothing_float32_writes_nothing_beside_its_checkpoints(tmp_path, caplog):
@@ -1099,7 +1215,7 @@ def test_fp32_sessions_are_not_watched():
 
 
 def test_the_monitor_writes_tensorboard_scalars_every_nth_step(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFAMP_REWRITE_MONITOR", "4")
+    monkeypatch.setenv("TFAMP_REWRITE_MONITOR", "2")
     monkeypatch.setenv("TFAMP_REWRITE_MONITOR_DIR", str(tmp_path))
     parts = overflow_net()
     with tfamp_rewrite.Session(graph=parts["graph"]) as session:
@@ -1110,11 +1226,12 @@ def test_the_monitor_writes_tensorboard_scalars_every_nth_step(tmp_path, monkeyp
         for event in tf1.train.summary_iterator(str(path)):
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    assert [step for step, _ in scalars["tfamp/skipped_steps"]] == [0, 0, 0, 0, 0]  # global_step
-    # all 20 skipped: 10 before the heal, then the restarted scale falls again
-    assert [v for _, v in scalars["tfamp/skipped_steps"]] == [4, 8, 12, 16, 20]
-    assert [v for _, v in scalars["tfamp/heals"]] == [0, 0, 1, 1, 1]
-    assert scalars["tfamp/loss_scale"][0][1] == 2.0 ** 12                           # the 4th step's
+    # global_step: 14 steps skipped, then 6 applied
+    assert [step for step, _ in scalars["tfamp/skipped_steps"]] == [0] * 7 + [1, 3, 5]
+    # 2 skipped before the heal (the loss itself NaN), then the restarted scale falls again
+    assert [v for _, v in scalars["tfamp/skipped_steps"]] == [2, 4, 6, 8, 10, 12, 14, 14, 14, 14]
+    assert [v for _, v in scalars["tfamp/heals"]] == [0] + [1] * 9                  # healed at step 2
+    assert scalars["tfamp/loss_scale"][1][1] == 2.0 ** 14          # the 4th step's, restarted at the 3rd
     assert scalars["tfamp/overflow_share/logits"][0][1] > 0                         # inf in half
     assert any(tag.startswith("tfamp/flush_share/") for tag in scalars)
 
@@ -1157,8 +1274,8 @@ def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(
     if auto_fix == "1":
         assert stopped is None and len(losses) == 30 and np.isfinite(losses[-1])
         assert any("healed:" in r.getMessage() for r in caplog.records)
-    else:  # named, cannot heal: the hook stops training at that step
-        assert stopped is not None and 5 < len(losses) < 30
+    else:  # named (the loss NaN: on the second step), cannot heal: the hook stops training then
+        assert stopped is not None and 1 <= len(losses) <= 3
         (message,) = culprit_messages(caplog)
         assert "healing is off" in message
 
@@ -1235,7 +1352,8 @@ def test_a_masked_value_healed_at_its_reader_is_kept_float32_where_it_travels_on
     assert not np.isfinite(losses[0]) and np.isfinite(losses[-1]), losses
     assert len(heals) == 1 and {"sub", "logits"} <= set(heals[0].nodes), heals
     (found,) = [r.getMessage() for r in caplog.records if "found where the inf/nan starts" in r.getMessage()]
-    assert "does not fit float16 where 'sub' reads it" in found and "'^logits$'" in found
+    assert "does not fit float16 where 'sub' reads it" in found
+    assert "^logits$" in re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", found).group(1).split(",")
 
 
 @pytest.mark.parametrize("fetch_loss", [True, False], ids=["loss_fetched", "train_op_only"])

@@ -17,6 +17,7 @@ are looked up once per tensor and per fetch list.
 from __future__ import annotations
 
 import os
+import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -34,6 +35,7 @@ RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 # restore_all <- restore_shard <- Assign(Variable) <- Identity <- RestoreV2
 _FETCH_DEPTH = 5
 _PREFIX_DEPTH = 3  # a prefix reaches a sharded save through StringJoin and ShardedFilename
+_ESTIMATOR_TEMP_EXPORT = re.compile(r"^temp-(\d+)$")  # TF's export_lib.get_temp_export_dir
 
 
 class CheckpointRuns:
@@ -78,10 +80,30 @@ def save_beside(prefix: str, kept_float32, heals: List[dict]) -> None:
                  "processes instead (said once)" % (path, error.strerror or error, len(kept_float32),
                                                     HEAL_FILE_ENV))
         return
+    exported = estimator_export_path(path)
+    if exported is not None:  # said where it ends up, not where the export is written first
+        log_once("tfamp_rewrite: %s, in the SavedModel an Estimator exports (written to %s, which "
+                 "it then renames), lists the %d node(s) this session keeps float32; a session "
+                 "loading that SavedModel keeps them float32 too (said once)"
+                 % (exported, os.path.dirname(os.path.dirname(path)), len(kept_float32)))
+        return
     log_once("tfamp_rewrite: %s, beside the checkpoint, lists the %d node(s) this session keeps "
              "float32; a session restoring a checkpoint from %s keeps them float32 too (an "
              "evaluation, the next training run) (said once)"
              % (path, len(kept_float32), os.path.dirname(path)))
+
+
+def estimator_export_path(path: str) -> Optional[str]:
+    """Where ``path`` (a file in a SavedModel's ``variables/``) ends up when the SavedModel is
+    an Estimator's export, which writes it to ``<base>/temp-<timestamp>`` and then renames
+    that ``<base>/<timestamp>``; None for any other path."""
+    variables, name = os.path.split(path)
+    export, folder = os.path.split(variables)
+    base, temporary = os.path.split(export)
+    match = _ESTIMATOR_TEMP_EXPORT.match(temporary)
+    if folder != "variables" or match is None:
+        return None
+    return os.path.join(base, match.group(1), folder, name)
 
 
 def kept_beside(prefix: str, graph) -> List[str]:

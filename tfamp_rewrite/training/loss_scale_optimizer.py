@@ -97,8 +97,9 @@ def delegation():
         _delegation.depth -= 1
 
 
-# The gradients compute_gradients returned last, and the finite flag that covers them.
-_CheckedGradients = collections.namedtuple("_CheckedGradients", ["grads", "all_finite"])
+# The gradients compute_gradients returned last, the finite flag that covers them, and the
+# (unscaled) loss they were computed from, or None (get_unscaled_gradients).
+_CheckedGradients = collections.namedtuple("_CheckedGradients", ["grads", "all_finite", "loss"])
 
 
 def _wrapped_chain(opt):
@@ -298,6 +299,14 @@ def _variable_writers(graph):
     return writers
 
 
+def _loss_finite(loss):
+    """Whether ``loss`` (a tensor, or None) holds only finite values, as a bool scalar built
+    beside the step; None where it cannot be fetched with the step's flag, or is no tensor."""
+    if not isinstance(loss, _tf.Tensor) or not loss.dtype.is_floating or not _usable_here(loss):
+        return None
+    return _tf.reduce_all(_tf.math.is_finite(loss), name="loss_is_finite")
+
+
 def _usable_here(tensor) -> bool:
     """Whether ops built now may read ``tensor``: not one computed inside a TF1 while loop or
     cond branch (or a function) that the current context is not in -- gradients computed
@@ -455,7 +464,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         grads = list(grads)
         scale = self._scale_value()
         unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
-        self._checked = _CheckedGradients(tuple(unscaled), all_finite)
+        self._checked = _CheckedGradients(tuple(unscaled), all_finite, None)
         return list(unscaled)
 
     def compute_gradients(
@@ -483,7 +492,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         _warn_if_backprop_clips(graph.get_operations()[before:])
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
         unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
-        self._checked = _CheckedGradients(tuple(unscaled), all_finite)
+        self._checked = _CheckedGradients(tuple(unscaled), all_finite, None if callable(loss) else loss)
         return list(zip(unscaled, variables))
 
     def scaled(self, grads) -> bool:
@@ -507,7 +516,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             )
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
-        all_finite = self._all_finite(grads)
+        all_finite, loss = self._all_finite(grads)
         name = name or self.get_name()
         # The gradients were unscaled with the value this update replaces: read it first
         # (and once more for whoever watches the steps, before the update).
@@ -518,6 +527,7 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         exported = step_signals.outside_tf1_conds([all_finite, scale_used])
         step_signals.register(scale_used.graph, step_signals.StepSignal(
             all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
+            loss_finite=_loss_finite(loss) if not exported else None,
             should_apply=None if isinstance(should_apply, bool) else should_apply,
             exported=tuple(exported) if exported else None, computed_by=update_op,
             variables=tuple(v.op.name for g, v in grads_and_vars if g is not None)))
@@ -550,14 +560,15 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         return train_op
 
     def _all_finite(self, grads):
-        """The finite flag for ``grads``: reused if compute_gradients produced exactly them,
-        and-ed with it if they were computed from them in the same run (clipping can make an
-        inf finite). Gradients read from accumulators are checked as they are: and-ing them
+        """``(flag, loss)``: the finite flag for ``grads``, and the loss they were computed from
+        in the same run (or None).  The flag is reused if compute_gradients produced exactly
+        them, and-ed with it if they were computed from them in the same run (clipping can make
+        an inf finite). Gradients read from accumulators are checked as they are: and-ing them
         with compute_gradients' flag would recompute the loss, and need its feeds or pull
         another batch, in the run that applies the accumulated gradients."""
         checked = self._checked
         if checked is not None and _same_gradients(checked.grads, grads):
-            return checked.all_finite
+            return checked.all_finite, checked.loss
         # A variable given as the gradient (gpt-2's AccumulatingOptimizer) is checked as read.
         grads = [_tf.convert_to_tensor(g) if isinstance(g, _tf.Variable) else g for g in grads]
         self._warn_if_unscaled(grads)
@@ -565,8 +576,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         if (checked is not None and _usable_here(checked.all_finite)
                 and _depends_on_any(_tensors_of(grads), {t.op for t in _tensors_of(checked.grads)},
                                     through_variables=False)):
-            all_finite = _tf.logical_and(all_finite, checked.all_finite)
-        return all_finite
+            return _tf.logical_and(all_finite, checked.all_finite), checked.loss
+        return all_finite, None
 
     def _warn_if_fed_from_unscaled_gradients(self, graph) -> None:
         """Gradients fed in (placeholders; computed by no tf.gradients): said once where the

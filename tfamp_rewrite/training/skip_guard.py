@@ -26,7 +26,9 @@ good while the others apply, and the scale sinks to its floor all the same.  The
 
 After a heal (``restart(after_heal=True)``) the first skipped step is diagnosed at once: a
 forward tensor the heal made float32 often hands a large value on to the next half node,
-and that needs no fall of the scale to be named.
+and that needs no fall of the scale to be named.  So is, once per episode, a skipped step
+whose loss was itself inf/nan (``observe(..., loss_finite=False)``): a forward value made it,
+which no loss scale makes or mends (a -1e9 padding bias, a raw feature past 65504).
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class Episode:
     longest_gap: int = 0                # the most steps applied in a row between two skips
     diagnosed_after_fall: bool = False  # a diagnosis ran once the scale had fallen far enough
     diagnosed_at_floor: bool = False    # a diagnosis ran with the scale at its floor
+    diagnosed_for_loss: bool = False    # one was asked for as a step's loss was inf/nan
     named: bool = False                 # a culprit was named (the warning is given once)
 
     @property
@@ -79,9 +82,10 @@ class SkipGuard:
         self._resumable: Optional[Episode] = None  # ended by applied steps, the scale not grown
         self._applied_at: Optional[float] = None   # the scale the last applied step used
 
-    def observe(self, scale: float, applied: bool) -> Optional[Episode]:
-        """Records one step: the scale it used and whether its update was applied.  Returns
-        the episode an applied step ended, if any."""
+    def observe(self, scale: float, applied: bool, loss_finite: bool = True) -> Optional[Episode]:
+        """Records one step: the scale it used, whether its update was applied, and whether
+        the loss its gradients came from was finite.  Returns the episode an applied step
+        ended, if any."""
         episode = self.episode
         if applied:
             grew = self._applied_at is not None and scale > self._applied_at
@@ -115,6 +119,10 @@ class SkipGuard:
             return None
         if self._after_heal:
             self._after_heal, self._due = False, True
+            return None
+        if not loss_finite and not episode.diagnosed_for_loss:
+            # an inf/nan loss is a forward value's, which no scale makes or mends
+            episode.diagnosed_for_loss, self._due = True, True
             return None
         if scale <= self.min_loss_scale:
             self._due = self._due or not episode.diagnosed_at_floor

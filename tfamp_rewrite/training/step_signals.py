@@ -33,6 +33,10 @@ class StepSignal:
     exported: Optional[tuple] = None  # (flag, scale) outside the conds, or None
     computed_by: object = None
     variables: Tuple[str, ...] = ()  # the names of the variables the step updates
+    # Whether the loss the step's gradients came from was finite (a bool scalar), or None
+    # (gradients from elsewhere, or a step in the user's TF1 cond): a skipped step whose
+    # loss is itself inf/nan needs no fall of the scale to be diagnosed (skip_guard).
+    loss_finite: object = None
 
 
 NOT_RUN = -1.0  # an exported flag's and scale's value when the step's branch was not taken

@@ -42,7 +42,7 @@ from ..doctor.fixes import added_by_the_plugin
 from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
-from .devices import first_time
+from .devices import first_time, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
@@ -212,7 +212,9 @@ class StepWatch:
 
     def _step_fetches(self, signals, elements, fed) -> Dict[int, tuple]:
         self._follow_generation()
-        return {i: tuple(self.shadow.private_fetch(t) for t in _flag_and_scale(signals[i]))
+        graph = self.shadow.user_graph
+        return {i: tuple(self.shadow.private_fetch(t) for t in _flag_and_scale(signals[i])
+                         + _loss_flag(signals[i], graph))
                 for i in self._steps_computed(signals, elements, fed)[0]}
 
     def _global_step(self):
@@ -290,14 +292,16 @@ class StepWatch:
         with self._lock:
             signals = step_signals(self.shadow.user_graph)
             steps = steps_that_ran(extra_values["steps"])
+            losses_not_finite = _losses_not_finite(extra_values["steps"])
             for i, (all_finite, scale) in steps.items():
                 guard = self._guard(signals[i])
                 self._note_scale(i, float(scale), bool(all_finite), signals[i].loss_scale)
-                ended = guard.observe(float(scale), bool(all_finite))
+                ended = guard.observe(float(scale), bool(all_finite), loss_finite=i not in losses_not_finite)
                 if not all_finite:
-                    self._say_first_skip(float(scale), signals[i], len(signals) > 1)
+                    self._say_first_skip(float(scale), signals[i], len(signals) > 1,
+                                         loss_finite=i not in losses_not_finite)
                 elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
-                    self._say_settled(ended, float(scale))
+                    self._say_settled(ended, float(scale), _whose_steps(signals[i], len(signals) > 1))
             if self.monitor is not None and steps:
                 self._sample(dict(extra_values, steps=steps), ids)
             if "probes" in extra_values:
@@ -378,7 +382,7 @@ class StepWatch:
                 continue
             guard.diagnosed(named=finding is not None or bool(fed))
             if finding is not None and finding.culprits:
-                self._named(finding, guard, signals, run_private)
+                self._named(finding, guard, signals, run_private, _whose_steps(signals[i], len(signals) > 1))
                 return
             if finding is not None:
                 self._say_made_in_float32(finding.float32_origins[0], guard)
@@ -427,9 +431,11 @@ class StepWatch:
             initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
         if initializers:
             run_private([self.shadow.private_fetch(op) for op in initializers])
+        if len(signals) > 1:
+            return "; every loss scale of the graph restarts from its initial value"
         return "; the loss scale restarts from its initial value"
 
-    def _named(self, finding: Finding, guard: SkipGuard, signals, run_private) -> None:
+    def _named(self, finding: Finding, guard: SkipGuard, signals, run_private, which: str = "") -> None:
         trajectory = guard.episode.trajectory()
         culprit = finding.culprits[0]
         # The same layers under another top scope (a target network) are kept with them.
@@ -453,7 +459,7 @@ class StepWatch:
                 they, len(self.heals) + 1, self.max_heals)
         else:
             then = "no more heals in this session"
-        _logger.warning(_finding_message(finding, twins, trajectory, self.shadow.dtype, then))
+        _logger.warning(_finding_message(finding, twins, which, trajectory, self.shadow.dtype, then))
         if not can_heal:
             if self.auto_fix and not collective and not self._said_final:
                 self._said_final = True
@@ -532,33 +538,35 @@ class StepWatch:
                 "with a Saver (the heals are written beside it, %s), or with %s=path set in both, "
                 "which this one then writes (said once)" % (HEALS_BESIDE_CHECKPOINTS, HEAL_FILE_ENV))
 
-    def _say_first_skip(self, scale: float, signal, several: bool) -> None:
+    def _say_first_skip(self, scale: float, signal, several: bool, loss_finite: bool = True) -> None:
         """Said once per process: a sweep's every trial, a k-fold's every session skips its
         first steps alike."""
         if self._said_skip or not first_time("a training step was skipped"):
             return
         self._said_skip = True
-        which = ""
-        if several and signal.variables:  # two optimizers, two loss scales: say whose step it was
-            more = len(signal.variables) - 1
-            others = " and %d more variable%s" % (more, "s" if more > 1 else "") if more else ""
-            which = " (the step updating '%s'%s)" % (signal.variables[0], others)
+        which = _whose_steps(signal, several, "the step")
+        if loss_finite:
+            then = "a long run of such steps is diagnosed"
+        else:
+            then = ("its loss itself was inf/nan, which no loss scale makes or mends (a forward "
+                    "value, not a gradient), so the next skipped step is diagnosed")
         log_info("tfamp_rewrite: a training step was skipped%s: its gradients were not all finite "
-                 "at loss scale %g, so its optimizer applied no update and the scale was lowered; a "
-                 "long run of such steps is diagnosed (said once)" % (which, scale))
+                 "at loss scale %g, so its optimizer applied no update (nor advanced global_step, "
+                 "which counts applied steps only) and the scale was lowered; %s (said once)"
+                 % (which, scale, then))
 
-    def _say_settled(self, episode, scale: float) -> None:
+    def _say_settled(self, episode, scale: float, which: str = "") -> None:
         if self._said_settled or not first_time("the loss scale settled"):
             return
         self._said_settled = True
         _logger.warning(
-            "tfamp_rewrite: training steps were skipped until the loss scale fell far enough: %s, "
+            "tfamp_rewrite: training steps%s were skipped until the loss scale fell far enough: %s, "
             "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
             "tensor stayed out of %s range at the lower scales so far, so nothing is kept "
             "float32: the gradients are large for the initial scale. LossScaleOptimizer(opt, "
             "DynamicLossScale(initial_loss_scale=%g)) starts where this run settled. Batches that "
             "overflow only now and then (a rare large input) skip again later, and are diagnosed "
-            "then (said once)" % (episode.trajectory(), scale, self.shadow.dtype, scale))
+            "then (said once)" % (which, episode.trajectory(), scale, self.shadow.dtype, scale))
 
     def _say_variables_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_variables:
@@ -694,7 +702,7 @@ def _runs_collectives(graph) -> bool:
 MOST_CULPRITS_SAID = 4  # a warning names this many culprits, then counts the others
 
 
-def _finding_message(finding: Finding, twins: List[str], trajectory: str, dtype: str,
+def _finding_message(finding: Finding, twins: List[str], which: str, trajectory: str, dtype: str,
                      then: str) -> str:
     culprits = finding.culprits
     nodes_to_exclude = finding.fix.nodes_to_exclude + ["^%s$" % re.escape(t) for t in twins]
@@ -707,9 +715,19 @@ def _finding_message(finding: Finding, twins: List[str], trajectory: str, dtype:
             said += "; and %d more" % (len(culprits) - MOST_CULPRITS_SAID)
         cause = ("%d tensors that do not fit %s whatever the loss scale, none computed from "
                  "another's inf/nan: %s. Keep them" % (len(culprits), dtype, said))
-    return ("tfamp_rewrite: training steps are being skipped: loss scale %s. The cause is %s "
-            "float32 with %s (or nodes_to_exclude=%s); %s." % (
-                trajectory, cause, finding.fix.env, nodes_to_exclude, then))
+    return ("tfamp_rewrite: training steps%s are being skipped: loss scale %s. The cause is %s "
+            "float32: these nodes alone with %s, every node of their op types with %s; %s." % (
+                which, trajectory, cause, nodes_to_exclude_setting(nodes_to_exclude), finding.fix.env, then))
+
+
+def _whose_steps(signal, several: bool, steps: str = "those") -> str:
+    """Where ``several`` loss-scaled steps (optimizers, each its own loss scale) share a graph:
+    " (those updating 'b/kernel' and 1 more variable)", to say which one a line is about."""
+    if not several or not signal.variables:
+        return ""
+    more = len(signal.variables) - 1
+    others = " and %d more variable%s" % (more, "s" if more > 1 else "") if more else ""
+    return " (%s updating '%s'%s)" % (steps, signal.variables[0], others)
 
 
 def _culprit_said(culprit: Culprit) -> str:
@@ -739,8 +757,20 @@ def _flag_and_scale(signal) -> tuple:
     return signal.exported or (signal.all_finite, signal.scale)
 
 
+def _loss_flag(signal, graph) -> tuple:
+    """``(signal.loss_finite,)`` where a run can fetch it with the step's flag, else ``()``."""
+    flag = signal.loss_finite
+    return (flag,) if flag is not None and graph.is_fetchable(flag) else ()
+
+
 def steps_that_ran(step_values) -> dict:
     """``{index: (flag, scale)}`` of the steps that ran: a step in a TF1 cond branch not taken
     this run reads NOT_RUN (a scale is never below 1)."""
-    return {i: (flag, scale) for i, (flag, scale) in step_values.items() if float(scale) > 0}
+    return {i: (values[0], values[1]) for i, values in step_values.items() if float(values[1]) > 0}
+
+
+def _losses_not_finite(step_values) -> set:
+    """The indices of the steps that ran whose loss was fetched and held inf/nan."""
+    return {i for i, values in step_values.items()
+            if float(values[1]) > 0 and len(values) > 2 and not bool(values[2])}
 
