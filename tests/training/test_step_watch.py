@@ -1565,6 +1565,25 @@ def test_a_loss_whose_denominator_overflowed_is_said_traced_and_healed(caplog, t
     assert np.isfinite(losses[-1]) and losses[-1] < 0.5  # it trains once healed
 
 
+def test_a_hidden_inf_of_training_runs_is_healed_while_an_evaluations_search_waits(caplog):
+    """A baseline SSIM evaluated once before training (its own nodes, 'SSIM_1') starts a
+    search no training run computes; the training runs' hidden inf in 'SSIM' is still
+    checked, said, traced and healed -- it was left unwatched, the loss 1 for good."""
+    parts = ssim_loss_net()
+    with parts["graph"].as_default():
+        baseline = tf.reduce_mean(tf.image.ssim(parts["image"], parts["image"] * 0.5, max_val=255.0))
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            session.run(baseline)
+            losses = train(parts, session, 12)
+            heals = session.heals
+    assert any("computed inf/nan in" in r.getMessage() and "SSIM_1/" in r.getMessage()
+               for r in caplog.records)                                # the evaluation's, first
+    assert heals and "SSIM/depthwise_3" in heals[0].nodes
+    assert np.isfinite(losses[-1]) and losses[-1] < 0.5  # it trains once healed
+
+
 def test_state_the_steps_read_holding_nan_is_named_and_nothing_is_healed(caplog):
     """A memory bank (non-trainable, read by the logits) left NaN by a write the session
     does not guard -- here a fed value -- skips every step in float32 too: the warning names

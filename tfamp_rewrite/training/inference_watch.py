@@ -120,9 +120,13 @@ class InferenceWatch:
         """What a training run fetches besides, for ``after_step_run``: while an origin is
         looked for, its forward pass's origin statuses (not its gradients': their inf/nan
         is the loss scale's); before a training run's inf/nan was said, on the runs
-        ``step_check_due`` picks, the checks of what its forward pass hides."""
+        ``step_check_due`` picks, the checks of what its forward pass hides -- also while a
+        search waits for a run computing another node (an evaluation's metric said before
+        training began): the training runs' own inf/nan is not left unwatched meanwhile."""
         if self.looking_for_origin():
-            return self.search.plan(elements, fed, training=True)
+            plan = self.search.plan(elements, fed, training=True)
+            if plan is not None:
+                return plan
         plan = self.step_hidden_plan(elements, fed)
         return plan if plan is not None and self.step_check_due(run_key(elements, fed)) else None
 
@@ -224,6 +228,8 @@ class InferenceWatch:
         else:
             return None
         self._said_applied = True
+        # a search still waiting for an evaluation's node gives way: the training runs'
+        # inf/nan is the one that spoils the model (its heal keeps the evaluation's twin too)
         self.search.start(said)
         log_once("tfamp_rewrite: a training run of the rewritten graph %s, so its step applied "
                  "and no skipped step was diagnosed. %s The next runs look for where it starts, "
