@@ -406,7 +406,7 @@ def test_an_inference_run_returning_inf_with_healing_off_says_the_edit_not_a_hea
     assert "keeps it float32 if" not in line
     assert "say the list edit that keeps it float32 (healing is off: TFAMP_REWRITE_AUTO_FIX=0)" in line
     (found,) = [r.getMessage() for r in caplog.records if "found where the inf/nan starts" in r.getMessage()]
-    assert "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_" in found and "nodes_to_exclude=" in found
+    assert "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_" in found and "TFAMP_REWRITE_NODES_TO_EXCLUDE=" in found
 
 
 def test_a_session_closed_while_its_search_is_on_says_so_once(cpu_target, monkeypatch, caplog):
