@@ -57,7 +57,77 @@ def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
                     twins.append(other.name)
             elif "/" in tail and _same_network_layer(op, head, other, other_head):
                 twins.append(other.name)
-    return twins
+    return twins + [name for name in weight_siblings(graph, list(nodes) + twins, converted)
+                    if name not in twins]
+
+
+def weight_siblings(graph, nodes: List[str], converted) -> List[str]:
+    """The converted nodes of ``graph`` that apply the same weights as one of ``nodes`` (of
+    its op type, reading the same tensor computed from constants and variables alone) to
+    other values: ``tf.image.ssim``'s Gaussian filter over x, y, x^2 + y^2 and xy -- the
+    heal of the one that overflows left the others half, and the variance E[xy] - E[x]E[y]
+    lost to cancellation (SSIM 0.887 for float32's 0.900) -- or a statically unrolled RNN's
+    steps.  Nodes merely reading the same data (two heads over one feature map) are none."""
+    siblings: List[str] = []
+    for name in nodes:
+        try:
+            op = graph.get_operation_by_name(name)
+        except KeyError:
+            continue
+        for index, tensor in enumerate(op.inputs):
+            if not _weights_only(tensor):
+                continue
+            weights = _weights_key(tensor)
+            for reader in _readers_of_weights(tensor):
+                if (reader.type == op.type and reader.name in converted and reader.name not in nodes
+                        and reader.name not in siblings and len(reader.inputs) > index
+                        and _weights_key(reader.inputs[index]) == weights):
+                    siblings.append(reader.name)
+    return siblings
+
+
+def _weights_key(tensor):
+    """What tells the same weights: a variable read's variable (a resource variable is read
+    by a ReadVariableOp of its own at each use), else the tensor itself."""
+    if _reads_a_variable(tensor.op):
+        return tensor.op.inputs[0].op.name
+    return tensor.name
+
+
+def _readers_of_weights(tensor):
+    """The ops reading ``tensor``, or, for a variable's read, any read of that variable."""
+    if not _reads_a_variable(tensor.op):
+        return list(tensor.consumers())
+    return [reader for read in tensor.op.inputs[0].consumers() if _reads_a_variable(read)
+            for output in read.outputs for reader in output.consumers()]
+
+
+_MOST_WEIGHT_OPS = 64  # ops looked at up from a tensor to tell it is computed from weights alone
+
+
+def _weights_only(tensor) -> bool:
+    """Whether ``tensor`` is computed from constants, variables and shapes alone (a filter
+    tiled from a constant, a kernel's read), within ``_MOST_WEIGHT_OPS`` ops."""
+    stack, seen = [tensor.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if len(seen) > _MOST_WEIGHT_OPS:
+            return False
+        if op.type in VARIABLE_OPS or op.type in _STRUCTURE:
+            continue  # a shape is no data: SSIM tiles its filter to the images' channels
+        if not op.inputs or op.type in _NOT_WEIGHTS:
+            return False  # a placeholder, an iterator, a random op: data
+        stack.extend(t.op for t in op.inputs)
+    return True
+
+
+_STRUCTURE = frozenset({"Const", "Shape", "ShapeN", "Size", "Rank"})
+_NOT_WEIGHTS = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "QueueDequeueV2",
+                          "QueueDequeueManyV2", "QueueDequeueUpToV2", "RandomUniform",
+                          "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt"})
 
 
 def _same_network_layer(op, head: str, other, other_head: str) -> bool:
