@@ -22,7 +22,7 @@ from tfamp_rewrite.doctor import heal_files
 from tfamp_rewrite.training import devices, heal_memory, step_watch
 from tfamp_rewrite.training.session import TF_SESSION_CLASSES
 from tfamp_rewrite.training.skip_guard import RECOVERED_AFTER, SkipGuard
-from tfamp_rewrite.training.twins import twin_nodes
+from tfamp_rewrite.training.twins import twin_nodes, weight_siblings
 
 tf1 = tf.compat.v1
 INITIAL_SCALE = 2.0 ** 15
@@ -438,7 +438,7 @@ def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
     assert "online/q/MatMul" in heal.nodes and "target/q/MatMul" in heal.nodes
     (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
     assert re.search(r"healed: '(online|target)/q/MatMul' now float32, with '(target|online)/q/MatMul', "
-                     r"the same layer under another scope", healed)
+                     r"the same layer elsewhere \(under another scope", healed)
     # the line naming the cause (a skipped step's, or the search an inference run started)
     (finding,) = [r.getMessage() for r in caplog.records if "are being skipped" in r.getMessage()
                   or "found where the inf/nan starts" in r.getMessage()]
@@ -466,6 +466,42 @@ def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
     assert twin_nodes(graph, ["online/h/Relu"], every) == ["target/h/Relu"]
     assert twin_nodes(graph, ["dense_1/MatMul"], every) == []
     assert twin_nodes(graph, ["fc1/Tensordot/MatMul", "fc1/Tensordot/Reshape"], every) == []
+
+
+def test_a_healed_ssim_keeps_its_other_filters_float32_and_matches_float32():
+    """SSIM of 0..255 images: the heal of the overflowing filter (over x^2 + y^2) keeps the
+    same Gaussian filter over x, y and xy float32 too -- left half, the variance
+    E[xy] - E[x]E[y] lost to cancellation: 0.830 for float32's 0.839."""
+    rng = np.random.RandomState(0)
+    first = rng.uniform(0, 255, (4, 32, 32, 3)).astype(np.float32)
+    first[:, :16] = 240.0                                   # x^2 + y^2 beyond 65504
+    second = np.clip(np.round(first + rng.normal(0, 8, first.shape)), 0, 255).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, first.shape)
+        y = tf1.placeholder(tf.float32, first.shape)
+        ssim = tf.reduce_mean(tf.image.ssim(x, y, max_val=255.0))
+    feed = {x: first, y: second}
+    with tf1.Session(graph=graph) as session:
+        expected = session.run(ssim, feed)
+    with tfamp_rewrite.Session(graph=graph) as session:
+        values = [session.run(ssim, feed) for _ in range(4)]
+        (heal,) = session.heals
+    assert {"SSIM/depthwise", "SSIM/depthwise_1", "SSIM/depthwise_2", "SSIM/depthwise_3"} <= set(heal.nodes)
+    assert values[-1] == pytest.approx(expected, abs=1e-4)
+
+
+def test_weight_siblings_apply_the_same_weights_not_read_the_same_data():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4])
+        kernel = tf1.get_variable("kernel", [4, 4])
+        steps = [tf.matmul(x + float(t), kernel, name="step_%d" % t) for t in range(3)]
+        tf.matmul(steps[0], tf1.get_variable("head", [4, 2]), name="head_a")  # reads step_0's data
+        tf.matmul(steps[0], tf1.get_variable("other", [4, 2]), name="head_b")
+    every = {op.name for op in graph.get_operations()}
+    assert weight_siblings(graph, ["step_0"], every) == ["step_1", "step_2"]
+    assert weight_siblings(graph, ["head_a"], every) == []
 
 
 def test_a_student_is_no_twin_of_its_wider_teacher():
@@ -500,7 +536,11 @@ def test_a_function_called_again_has_twins_where_it_reads_the_same_variables(res
     every = {op.name for op in graph.get_operations()}
     depthwise = sorted(op.name for op in graph.get_operations()
                        if op.name.startswith("SSIM/") and op.type == "DepthwiseConv2dNative")[0]
-    assert twin_nodes(graph, [depthwise], every) == ["SSIM_1/" + depthwise.partition("/")[2]]
+    twins = twin_nodes(graph, [depthwise], every)
+    assert twins[0] == "SSIM_1/" + depthwise.partition("/")[2]
+    # and the same Gaussian filter over the other values, in both (weight_siblings)
+    assert set(twins[1:]) == {op.name for op in graph.get_operations() if op.type == "DepthwiseConv2dNative"
+                              and op.name.partition("/")[0] in ("SSIM", "SSIM_1")} - {depthwise, twins[0]}
     assert twin_nodes(graph, ["tower/h/Tensordot/MatMul"], every) == ["tower_1/h/Tensordot/MatMul"]
     assert twin_nodes(graph, ["dense/Tensordot/MatMul"], every) == []
 

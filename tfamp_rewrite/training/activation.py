@@ -414,6 +414,20 @@ def _waiting_for_skipped_steps(original):
                          "session finds the cause (a float16 overflow is named and healed within a "
                          "few steps), and the hook stops it as usual if the session cannot")
             return None
+        if step_watch.skipped_for_good_since(getattr(self, "_tfamp_step_runs", 0)):
+            import numpy as np
+
+            if np.isinf(run_values.results):
+                # float32 would apply the inf gradients, its weights and loss NaN a step later:
+                # the hook stops training as it would then, where every step skips for good
+                # and global_step never moves (a StopAtStepHook, train(steps=N), waits for ever)
+                from .devices import log_once
+
+                log_once("tfamp_rewrite: NanTensorHook: the loss was inf in a skipped step the "
+                         "session can do nothing more about, so every step skips and global_step "
+                         "never moves; float32 would have updated the weights with it and its NaN "
+                         "loss would stop training one step later, so the hook stops it now")
+                return original(self, run_context, run_values._replace(results=np.float32("nan")))
         return original(self, run_context, run_values)
 
     return after_run

@@ -80,9 +80,18 @@ def still_recovering(graph) -> None:
     _step_runs.recovering = graph
 
 
-def _record_step_run(recovering_graph) -> None:
+def skipped_for_good_since(count: int) -> bool:
+    """True if this thread ran a loss-scaled step since ``step_runs_so_far()`` was ``count``,
+    and the last such run skipped its step where the watch can no longer act on it (the
+    scale at its floor, nothing found or nothing more to heal): such steps skip for good."""
+    return (step_runs_so_far() > count and getattr(_step_runs, "skipped", False)
+            and getattr(_step_runs, "recovering", None) is None)
+
+
+def _record_step_run(recovering_graph, skipped: bool = False) -> None:
     _step_runs.count = step_runs_so_far() + 1
     _step_runs.recovering = recovering_graph
+    _step_runs.skipped = skipped
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
@@ -310,7 +319,7 @@ class StepWatch:
                 self._diagnose(dict(extra_values, steps=steps), ids, signals, run_private, feeds)
             skipped = [i for i, (finite, _) in steps.items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
-            _record_step_run(self.shadow.user_graph if recovering else None)
+            _record_step_run(self.shadow.user_graph if recovering else None, skipped=bool(skipped))
 
     def _say_probing_pause(self) -> None:
         """After the first run fetching a bundle of probes: says, once, a pause it made the
@@ -519,8 +528,9 @@ class StepWatch:
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
-        with_twins = (", with %s, the same layer%s under another scope (a target network, a tower, "
-                      "a function called again)" % (_some(twins, 4), "s" if len(twins) > 1 else "")
+        with_twins = (", with %s, the same layer%s elsewhere (under another scope: a target "
+                      "network, a tower, a function called again; or the same weights applied to "
+                      "other values: SSIM's other filters)" % (_some(twins, 4), "s" if len(twins) > 1 else "")
                       if twins else "")
         users = [n for n in culprits if not added_by_the_plugin(n)] or culprits
         _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) still %s)%s%s" % (
