@@ -1320,6 +1320,38 @@ def test_a_nan_loss_hook_waits_while_the_session_heals_and_stops_when_it_cannot(
         assert "healing is off" in message
 
 
+def test_a_nan_loss_hook_stops_a_run_whose_loss_is_inf_in_float32_too(caplog):
+    """exp of a pre-activation of 400 is inf in float32 too: float32 applies the inf
+    gradients, its loss is NaN a step later and the hook stops it.  Loss scaling skips
+    every step, so the loss stays inf and global_step 0: StopAtStepHook never fired and
+    the loop ran for ever.  Once the session can do nothing more, the hook stops it."""
+    from tfamp_rewrite.training import activation
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full((8, 4), 100.0, np.float32))
+        hidden = tf1.layers.dense(x, 1, kernel_initializer=tf1.constant_initializer(1.0))
+        loss = tf.reduce_mean(tf.exp(hidden))
+        global_step = tf1.train.get_or_create_global_step()
+        activation.enable_graph_rewrite()
+        activation.enable_loss_scaling()   # zero-code: the optimizer is wrapped
+        train_op = tf1.train.AdamOptimizer(1e-3).minimize(loss, global_step=global_step)
+        hooks = [tf1.train.StopAtStepHook(last_step=5), tf1.train.NanTensorHook(loss)]
+    runs = 0
+    try:
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), pytest.raises(
+                tf1.train.NanLossDuringTrainingError):
+            with graph.as_default(), tf1.train.MonitoredTrainingSession(
+                    hooks=hooks, save_summaries_steps=None, log_step_count_steps=None) as session:
+                while not session.should_stop() and runs < 50:
+                    runs += 1
+                    session.run([train_op, loss])
+    finally:
+        activation.deactivate()
+    assert runs < 10
+    assert any("NanTensorHook: the loss was inf in a skipped step" in r.getMessage() for r in caplog.records)
+
+
 # -- an inf/nan whose gradients are finite ------------------------------------------------
 def pairwise_distance_net():
     """Batch-hard triplet loss by the pairwise-distance trick on embeddings with |e|^2 ~ 2e5:
