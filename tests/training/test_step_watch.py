@@ -468,7 +468,7 @@ def test_twins_are_the_same_layer_under_another_top_scope_not_another_layer():
     assert twin_nodes(graph, ["fc1/Tensordot/MatMul", "fc1/Tensordot/Reshape"], every) == []
 
 
-def test_a_healed_ssim_keeps_its_other_filters_float32_and_matches_float32():
+def test_a_healed_ssim_keeps_its_other_filters_float32_and_matches_float32(caplog):
     """SSIM of 0..255 images: the heal of the overflowing filter (over x^2 + y^2) keeps the
     same Gaussian filter over x, y and xy float32 too -- left half, the variance
     E[xy] - E[x]E[y] lost to cancellation: 0.830 for float32's 0.839."""
@@ -484,11 +484,15 @@ def test_a_healed_ssim_keeps_its_other_filters_float32_and_matches_float32():
     feed = {x: first, y: second}
     with tf1.Session(graph=graph) as session:
         expected = session.run(ssim, feed)
-    with tfamp_rewrite.Session(graph=graph) as session:
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
         values = [session.run(ssim, feed) for _ in range(4)]
         (heal,) = session.heals
     assert {"SSIM/depthwise", "SSIM/depthwise_1", "SSIM/depthwise_2", "SSIM/depthwise_3"} <= set(heal.nodes)
     assert values[-1] == pytest.approx(expected, abs=1e-4)
+    # the run that found it returned values of the graph before the heal: said
+    (healed,) = [r.getMessage() for r in caplog.records if "tfamp_rewrite: healed:" in r.getMessage()]
+    assert "runs from the next on compute with it (the values this run returned did not)" in healed
 
 
 def test_weight_siblings_apply_the_same_weights_not_read_the_same_data():
@@ -566,6 +570,37 @@ def test_a_culprit_found_from_a_float32_inf_is_presumed_and_said_so(caplog):
     assert first.presumed and first.culprit == "Log:0"
     # 1 / sub, in Log's gradient, is inf of its own: a second culprit, healed with the first
     assert "presumably 'sub' (Sub, infer list), upstream of float32 'Log'" in culprit_messages(caplog)[0]
+
+
+def test_a_presumed_heal_is_taken_back_once_the_inf_turns_out_float32s_own(tmp_path, caplog):
+    """exp(400) is inf in float32 too: the half MatMul upstream is healed as presumed to
+    blame; once float32 alone makes it, that heal is taken back -- no checkpoint saved
+    afterwards lists it, nor does a later session keep it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4])
+        risk = tf1.layers.dense(x, 1, kernel_initializer=tf1.constant_initializer(1.0), name="risk")
+        loss = tf.reduce_mean(tf.exp(risk))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+        saver = tf1.train.Saver()
+    feed = {x: np.full((8, 4), 100.0, np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(8):
+            session.run(train_op, feed)
+        saver.save(session, str(tmp_path / "model"))
+        (heal,) = session.heals
+    assert heal.presumed and "risk/MatMul" in heal.nodes
+    (said,) = [r.getMessage() for r in caplog.records if "because float32 'Exp'" in r.getMessage()]
+    assert "The heal of 'risk/MatMul', presumed to cause it, is taken back" in said
+    assert not (tmp_path / heal_files.HEALS_BESIDE_CHECKPOINTS).exists()
+    with tfamp_rewrite.Session(graph=graph) as later:
+        later.run(init)
+        later.run(loss, feed)
+        assert later.rewrite_reports[-1].decision("risk/MatMul").converted
 
 
 def test_an_inf_nan_float32_makes_of_values_no_half_tensor_computes_is_said_and_not_healed(caplog):

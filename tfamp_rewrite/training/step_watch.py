@@ -515,6 +515,8 @@ class StepWatch:
                         max_abs=float("inf"), env=env, trajectory=why)
             then = ("" if run_private is None
                     else self._restart_loss_scales(step_signals(self.shadow.user_graph), run_private))
+            # the search found it in a run whose values the unhealed graph computed
+            then += "; runs from the next on compute with it (the values this run returned did not)"
             self._heal(heal, nodes, twins, then)
             return True
 
@@ -612,6 +614,7 @@ class StepWatch:
                 " (and %d more)" % (len(names) - 3) if len(names) > 3 else "", cause))
 
     def _say_made_in_float32(self, origin: Float32Origin, guard: SkipGuard) -> None:
+        taken_back = self._take_back_presumed(origin.tensor)
         if self._said_float32_origin:
             return
         self._said_float32_origin = True
@@ -622,9 +625,23 @@ class StepWatch:
             "nothing is healed. Mixed precision did not cause it, and the skipped steps keep these "
             "inf/nan out of the weights, which a float32 run would update with them. Guard the "
             "operation where it can fail (a loss divided by a count of positives that can be 0 "
-            "wants tf.maximum(count, 1); a log wants a floor) (said once)" % (
+            "wants tf.maximum(count, 1); a log wants a floor)%s (said once)" % (
                 guard.episode.trajectory(), origin.tensor.split(":")[0], origin.op, origin.does,
-                " and ".join(repr(t) for t in origin.operands), self.shadow.dtype))
+                " and ".join(repr(t) for t in origin.operands), self.shadow.dtype, taken_back))
+
+    def _take_back_presumed(self, tensor: str) -> str:
+        """Takes back, for later sessions and what is written beside checkpoints, the heals
+        that presumed the half nodes upstream of float32 ``tensor`` made its inf/nan, now
+        that it turns out float32's own; what the line saying so adds."""
+        nodes = [n for heal in self.heals if heal.presumed and heal.culprit == tensor for n in heal.nodes
+                 if n in self.shadow.kept_float32]
+        if not nodes:
+            return ""
+        forget_healed(self.shadow.user_graph, nodes)
+        self.shadow.kept_float32.difference_update(nodes)
+        self._write_heal_file()
+        return (". The heal of %s, presumed to cause it, is taken back: later sessions and the "
+                "checkpoints saved from now on do not keep it float32" % _some(nodes))
 
     def _say_feeds_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_feeds:
@@ -716,7 +733,9 @@ def _finding_message(finding: Finding, twins: List[str], which: str, trajectory:
                      then: str) -> str:
     culprits = finding.culprits
     nodes_to_exclude = finding.fix.nodes_to_exclude + ["^%s$" % re.escape(t) for t in twins]
-    if len(culprits) == 1:
+    if len(culprits) == 1 and culprits[0].presumed:  # a float32 op's or a loop's inf/nan
+        cause = "%s, which is inf/nan whatever the loss scale. Keep it" % _culprit_said(culprits[0])
+    elif len(culprits) == 1:
         cause = "%s, which does not fit %s whatever the loss scale. Keep it" % (
             _culprit_said(culprits[0]), dtype)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Set
 
+from .unscaled_training import GRADIENT_SCOPE
 from .variable_check import VARIABLE_OPS
 
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")  # TensorFlow's suffix for a name scope entered again
@@ -78,8 +79,10 @@ def weight_siblings(graph, nodes: List[str], converted) -> List[str]:
             if not _weights_only(tensor):
                 continue
             weights = _weights_key(tensor)
+            backward = bool(GRADIENT_SCOPE.search(op.name))
             for reader in _readers_of_weights(tensor):
                 if (reader.type == op.type and reader.name in converted and reader.name not in nodes
+                        and bool(GRADIENT_SCOPE.search(reader.name)) == backward  # a layer's dx: no sibling
                         and reader.name not in siblings and len(reader.inputs) > index
                         and _weights_key(reader.inputs[index]) == weights):
                     siblings.append(reader.name)
