@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 
 from tfamp_rewrite.training import origin_search
 from tfamp_rewrite.training.session import Session
@@ -106,6 +107,22 @@ def test_every_origin_of_a_run_independent_of_the_first_is_healed_with_it(caplog
     (line,) = origin_lines(caplog)
     assert "and 4 more start on their own" in line
     assert not np.isfinite(values[0]) and np.isclose(values[2], expected, rtol=1e-2)
+
+
+def test_a_tf1_conds_merge_carrying_an_inf_from_above_is_no_origin_of_its_own(caplog):
+    """Dropout as a TF1 cond between two layers: its branches cannot be watched, and the
+    Merge carrying the first layer's inf was named as starting on its own."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        training = tf1.placeholder_with_default(False, [], name="training")
+        hidden = tf.matmul(x, tf.constant(np.full((4, 16), 100.0, np.float32)), name="kernel")
+        dropped = tf1.layers.dropout(tf.nn.relu(hidden), 0.1, training=training)
+        tf.matmul(dropped, tf.constant(np.full((16, 2), 0.01, np.float32)), name="out")
+    assert any(op.type == "Merge" for op in graph.get_operations())
+    float32_then_runs_and_heals(graph, np.full([2, 4], 300.0, np.float32), 3, caplog)
+    first = origin_lines(caplog)[0]
+    assert "'kernel'" in first and "start on its own" not in first and "starts on its own" not in first
 
 
 def test_a_fed_inf_is_said_to_start_outside_float16(caplog):

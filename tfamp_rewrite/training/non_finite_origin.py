@@ -107,9 +107,10 @@ class NonFiniteOrigin:
             return None
         watched = [self._origin(t, fed_names, half, added) for t in tensors.values()]
         index = {name: i for i, name in enumerate(tensors)}
+        upstream = _WatchedUpstream(index, set(operations))
         for each, tensor in zip(watched, tensors.values()):
             if each.kind != FED:
-                each.inputs = [index[t.name] for t in tensor.op.inputs if t.name in index]
+                each.inputs = sorted({i for t in tensor.op.inputs for i in upstream.of(t)})
         return Plan(ORIGIN, watched, packed_non_finite(self.shadow.graph, list(tensors.values()), _SCOPE))
 
     def _origin(self, tensor, fed_names, half, added) -> Origin:
@@ -122,6 +123,43 @@ class NonFiniteOrigin:
         source = self.shadow.user_source(tensor)
         return Origin(user(source.name), ADDED, user(source.op.name), source.op.type,
                       source.op in half, _half_readers(tensor, half, added, user))
+
+
+class _WatchedUpstream:
+    """The watched tensors nearest upstream of a tensor, past ones not watched that the run
+    computes: a TF1 cond's Merge reads its branches, which cannot be watched, and the inf/nan
+    they carry from a watched MatMul above is that MatMul's, not the Merge's own."""
+
+    def __init__(self, index: Dict[str, int], computed):
+        self.index, self.computed = index, computed
+        self._memo: Dict[object, frozenset] = {}
+
+    def of(self, tensor) -> frozenset:
+        if tensor.name in self.index:
+            return frozenset([self.index[tensor.name]])
+        if tensor.op not in self.computed:
+            return frozenset()
+        return self._of_op(tensor.op)
+
+    def _of_op(self, op) -> frozenset:
+        known = self._memo.get(op)
+        if known is not None:
+            return known
+        self._memo[op] = frozenset()  # a cycle (a loop's back edge) adds nothing
+        stack, seen, found = [op], {op}, set()
+        while stack:  # iterative: a long chain of unwatched ops must not recurse
+            current = stack.pop()
+            for tensor in current.inputs:
+                if tensor.name in self.index:
+                    found.add(self.index[tensor.name])
+                elif tensor.op in self.computed and tensor.op not in seen:
+                    if tensor.op in self._memo:
+                        found |= self._memo[tensor.op]
+                    else:
+                        seen.add(tensor.op)
+                        stack.append(tensor.op)
+        self._memo[op] = frozenset(found)
+        return self._memo[op]
 
 
 def _half_readers(tensor, half, added, user) -> List[str]:
