@@ -289,6 +289,29 @@ def test_feed_key_forms(form):
     run_both(g.graph, [g.out, "picked:0", g.total, key], feed, g.init)
 
 
+def test_a_value_of_another_shape_than_a_batchs_is_refused_at_the_feed():
+    """tf.train.batch sets its output's shape from Python, which no GraphDef holds:
+    TensorFlow refuses a (5, 3) value fed there at the feed, and so does ours -- it ran,
+    and failed later inside an RNN, or not at all."""
+    graph = tf.Graph()
+    with graph.as_default():
+        rows = tf1.train.slice_input_producer([tf.constant(np.ones((100, 3), np.float32))])[0]
+        batch = tf1.train.batch([rows], batch_size=2)
+        out = tf.reduce_sum(tf.matmul(batch, tf.constant(np.ones((3, 4), np.float32))), 1)
+    assert batch.shape.as_list() == [2, 3]
+    messages = []
+
+    def run(session):
+        try:
+            session.run(out, {batch: np.ones((5, 3), np.float32)})
+        except ValueError as error:
+            messages.append(str(error))
+            raise
+
+    assert error_types(graph, run) == [ValueError, ValueError]
+    assert all("Cannot feed value of shape (5, 3)" in message for message in messages)
+
+
 def test_an_operation_is_no_feed_key():
     g = forms_graph()
     expected, actual = error_types(g.graph, lambda s: s.run(g.out, {g.mm.op: X, g.x: X}), g.init)

@@ -495,6 +495,10 @@ class ShadowGraph:
         except (KeyError, TypeError, ValueError) as error:  # as Session.run words it
             raise TypeError("Cannot interpret feed_dict key as Tensor: %s" % (error.args[0],)) from None
         private = self.graph.get_tensor_by_name(self.private_name(user.name))
+        if private.get_shape().is_compatible_with(user.get_shape()):
+            # a shape set from Python (tf.train.batch's, set_shape after decode_png) is no
+            # part of the GraphDef: Session.run checks a fed value against it, as it would
+            private.set_shape(user.get_shape())
         if not self.user_graph.is_feedable(user):
             self.graph.prevent_feeding(private)  # Session.run then refuses it, as for the user graph
         elif private.dtype != user.dtype or self._emulated_half_output(user, private):
