@@ -21,7 +21,7 @@ import tfamp_rewrite
 from tfamp_rewrite.doctor import heal_files
 from tfamp_rewrite.training import devices, heal_memory, step_watch
 from tfamp_rewrite.training.session import TF_SESSION_CLASSES
-from tfamp_rewrite.training.skip_guard import PROBED_APPLIED_MOST, RECOVERED_AFTER, SkipGuard
+from tfamp_rewrite.training.skip_guard import PROBED_APPLIED_MOST, PROBED_THEN_EVERY, RECOVERED_AFTER, SkipGuard
 from tfamp_rewrite.training.twins import twin_nodes, weight_siblings
 
 tf1 = tf.compat.v1
@@ -151,9 +151,10 @@ def test_a_skip_whose_loss_is_not_finite_is_diagnosed_at_once_once_per_episode()
     assert not guard.diagnosis_due    # gradients alone: the scale may still be too high
 
 
-def test_a_due_diagnosis_rides_at_most_so_many_applied_steps_then_waits_for_the_next_skip():
+def test_a_due_diagnosis_rides_so_many_applied_steps_then_one_in_so_many():
     """Skips a thousand steps apart carried the probes (twice the step time) on every step
-    between them: they ride PROBED_APPLIED_MOST applied steps, then from the next skip."""
+    between them: they ride PROBED_APPLIED_MOST applied steps in a row, then one in
+    PROBED_THEN_EVERY, until a step skips."""
     guard = SkipGuard(min_loss_scale=1.0, fall_log2=2)
     for scale in (2.0 ** 15, 2.0 ** 14, 2.0 ** 13):
         guard.observe(scale, applied=False)
@@ -164,9 +165,12 @@ def test_a_due_diagnosis_rides_at_most_so_many_applied_steps_then_waits_for_the_
     for _ in range(PROBED_APPLIED_MOST - 1):
         guard.observe(2.0 ** 11, applied=True)
     assert guard.diagnosis_due
-    guard.observe(2.0 ** 11, applied=True)
-    assert not guard.diagnosis_due and guard.episode is not None
-    guard.observe(2.0 ** 11, applied=False)     # the next skip: the probes ride again
+    due = []
+    for _ in range(2 * PROBED_THEN_EVERY):
+        guard.observe(2.0 ** 11, applied=True)
+        due.append(guard.diagnosis_due)
+    assert sum(due) == 2 and guard.episode is not None
+    guard.observe(2.0 ** 11, applied=False)     # a skip: every step carries them again
     assert guard.diagnosis_due
 
 

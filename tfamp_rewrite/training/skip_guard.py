@@ -18,8 +18,8 @@ good while the others apply, and the scale sinks to its floor all the same.  The
                   due = scale fell by 2**fall_log2 since the episode began, or the
                         scale sits at min_loss_scale
     a due episode is diagnosed on the next skipped step (``diagnosis_due``: the probes ride
-    each step until one skips, as only a skipped one shows the culprit -- at most
-    PROBED_APPLIED_MOST applied steps in a row, then from the next skip on); a diagnosis that names
+    each step until one skips, as only a skipped one shows the culprit -- the first
+    PROBED_APPLIED_MOST applied steps in a row, then one in PROBED_THEN_EVERY); a diagnosis that names
     no culprit above the floor waits for the floor (gradients may overflow only because the
     scale is still too high), and one at the floor that names none says so, once.
     ``observe`` hands back the episode an applied step ends: the session says once when a
@@ -41,9 +41,10 @@ DEFAULT_FALL_LOG2 = 8
 # good, where batches that overflow now and then keep the episode (and its fall) going.
 RECOVERED_AFTER = 8
 # Applied steps in a row that carry a due diagnosis's probes (each such run about twice as
-# slow): then they wait, and the next skip asks again -- skips a thousand steps apart
-# carried them on every step between.
+# slow), then one in PROBED_THEN_EVERY does, until a step skips: skips a thousand steps
+# apart carried them on every step between.
 PROBED_APPLIED_MOST = 64
+PROBED_THEN_EVERY = 8
 
 
 @dataclass
@@ -86,8 +87,7 @@ class SkipGuard:
         self._after_heal = False
         self._resumable: Optional[Episode] = None  # ended by applied steps, the scale not grown
         self._applied_at: Optional[float] = None   # the scale the last applied step used
-        self._probed_applied = 0    # applied steps in a row since the diagnosis became due
-        self._due_at_next_skip = False  # a due diagnosis set aside after PROBED_APPLIED_MOST
+        self._probed_applied = 0    # applied steps in a row while a diagnosis is due
 
     def observe(self, scale: float, applied: bool, loss_finite: bool = True) -> Optional[Episode]:
         """Records one step: the scale it used, whether its update was applied, and whether
@@ -109,8 +109,6 @@ class SkipGuard:
             episode.applied_in_a_row += 1
             if self._due:
                 self._probed_applied += 1
-                if self._probed_applied >= PROBED_APPLIED_MOST:
-                    self._due, self._due_at_next_skip = False, True
             if episode.applied_in_a_row < max(RECOVERED_AFTER, 2 * episode.longest_gap):
                 return None
             # no probes ride the steps of a scale that recovered; a later skip resumes the
@@ -128,9 +126,6 @@ class SkipGuard:
         episode.scales.append(float(scale))
         self._probed_applied = 0
         if episode.named:
-            return None
-        if self._due_at_next_skip:  # the probes ride again, from this skip to the next
-            self._due_at_next_skip, self._due = False, True
             return None
         if self._after_heal:
             self._after_heal, self._due = False, True
@@ -151,8 +146,10 @@ class SkipGuard:
 
     @property
     def diagnosis_due(self) -> bool:
-        """True when the next step should carry the probes."""
-        return self._due
+        """True when the next step should carry the probes: while a diagnosis is due, each
+        of the first PROBED_APPLIED_MOST applied steps in a row, then one in PROBED_THEN_EVERY."""
+        return self._due and (self._probed_applied < PROBED_APPLIED_MOST
+                              or self._probed_applied % PROBED_THEN_EVERY == 0)
 
     @property
     def at_floor(self) -> bool:
@@ -170,5 +167,5 @@ class SkipGuard:
     def restart(self, after_heal: bool = False) -> None:
         """Forgets the episode (steps applied again, or a heal restarted the scale)."""
         self.episode, self._due, self._resumable = None, False, None
-        self._probed_applied, self._due_at_next_skip = 0, False
+        self._probed_applied = 0
         self._after_heal = after_heal
