@@ -21,7 +21,12 @@ import tfamp_rewrite
 from tfamp_rewrite.doctor import heal_files
 from tfamp_rewrite.training import devices, heal_memory, step_watch
 from tfamp_rewrite.training.session import TF_SESSION_CLASSES
-from tfamp_rewrite.training.skip_guard import PROBED_APPLIED_MOST, PROBED_THEN_EVERY, RECOVERED_AFTER, SkipGuard
+from tfamp_rewrite.training.skip_guard import (
+    PROBED_APPLIED_MOST,
+    PROBED_THEN_EVERY,
+    RECOVERED_AFTER,
+    SkipGuard,
+)
 from tfamp_rewrite.training.twins import twin_nodes, weight_siblings
 
 tf1 = tf.compat.v1
