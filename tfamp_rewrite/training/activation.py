@@ -399,15 +399,14 @@ def _counting_step_runs(original):
 def _waiting_for_skipped_steps(original):
     @functools.wraps(original)
     def after_run(self, run_context, run_values):
+        import numpy as np
+
         from . import step_watch
+        from .devices import log_once
 
         graph = getattr(self._loss_tensor, "graph", None)
         if step_watch.skipped_while_recovering_since(graph, getattr(self, "_tfamp_step_runs", 0)):
-            import numpy as np
-
             if np.isnan(run_values.results):
-                from .devices import log_once
-
                 log_once("tfamp_rewrite: NanTensorHook: the loss was NaN in a step the session is "
                          "still acting on (one the loss scaling skipped, so its optimizer applied no "
                          "update, or one whose inf/nan it is tracing); training goes on while the "
@@ -415,14 +414,10 @@ def _waiting_for_skipped_steps(original):
                          "few steps), and the hook stops it as usual if the session cannot")
             return None
         if step_watch.skipped_for_good_since(getattr(self, "_tfamp_step_runs", 0)):
-            import numpy as np
-
             if np.isinf(run_values.results):
                 # float32 would apply the inf gradients, its weights and loss NaN a step later:
                 # the hook stops training as it would then, where every step skips for good
                 # and global_step never moves (a StopAtStepHook, train(steps=N), waits for ever)
-                from .devices import log_once
-
                 log_once("tfamp_rewrite: NanTensorHook: the loss was inf in a skipped step the "
                          "session can do nothing more about, so every step skips and global_step "
                          "never moves; float32 would have updated the weights with it and its NaN "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, List, NamedTuple
 
+from ..graph_rewrite.graph_view import parse_input
 from .devices import log_once, nodes_to_exclude_setting
 
 _STORES = {"Assign": 1, "AssignVariableOp": 1}  # op -> the input it stores
@@ -47,12 +48,12 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
             continue
         if node.attr[_DTYPE_ATTR[node.op]].type != _DT_FLOAT:
             continue  # only a float32 variable loses bits this way
-        producer = node_by_name(_node_name(node.input[index]))
+        producer = node_by_name(parse_input(node.input[index])[0])
         while (producer is not None and producer.op in _PASS_THROUGH and converted(producer.name)
                and producer.input):
-            producer = node_by_name(_node_name(producer.input[0]))
+            producer = node_by_name(parse_input(producer.input[0])[0])
         if producer is not None and converted(producer.name):
-            found.append(HalfWrite(node.name, _node_name(node.input[0]), producer.name, producer.op))
+            found.append(HalfWrite(node.name, parse_input(node.input[0])[0], producer.name, producer.op))
     return found
 
 
@@ -69,7 +70,3 @@ def say_half_writes(writes: List[HalfWrite], dtype: str) -> None:
              "away). Keep it float32 with %s (said once)" % (
                  first.assignment, first.variable, dtype, first.computed_by, first.op, more, dtype,
                  2048 if dtype == "float16" else 256, fix))
-
-
-def _node_name(text: str) -> str:
-    return text.lstrip("^").split(":")[0]

@@ -58,7 +58,7 @@ from ..fused_op.op import unscale_and_check_finite
 from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
-from .op_walks import reachable
+from .op_walks import computed_only_from, reachable
 from .unscaled_training import GRADIENT_SCOPE, unscaled_gradient_calls
 from .variable_check import VARIABLE_OPS
 
@@ -249,16 +249,8 @@ def _reduction_within(tensor, depth: int) -> bool:
 
 def _constant(tensor) -> bool:
     """Whether ``tensor`` is computed from constants only, by arithmetic (``1.0 / clip_norm``)."""
-    stack, seen = [tensor.op], set()
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if op.type not in _CONSTANT_ARITHMETIC or (op.type != "Const" and not op.inputs):
-            return False
-        stack.extend(t.op for t in op.inputs)
-    return True
+    return computed_only_from(tensor, lambda op: op.type == "Const",
+                              lambda op: op.type in _CONSTANT_ARITHMETIC)
 
 
 def _depends_on_any(tensors, ops, through_variables=True) -> bool:

@@ -30,3 +30,23 @@ def reachable(ops, neighbours) -> set:
         seen.add(op)
         stack.extend(neighbours(op))
     return seen
+
+
+def computed_only_from(tensor, is_source, may_pass, most=None) -> bool:
+    """Whether ``tensor`` is computed from sources alone: every operation up from it is a
+    source (``is_source(op)``, not walked past) or one with inputs that ``may_pass(op)``;
+    False too once more than ``most`` operations were looked at."""
+    stack, seen = [tensor.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if most is not None and len(seen) > most:
+            return False
+        if is_source(op):
+            continue
+        if not op.inputs or not may_pass(op):
+            return False
+        stack.extend(t.op for t in op.inputs)
+    return True

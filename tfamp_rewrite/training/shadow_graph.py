@@ -370,8 +370,8 @@ class ShadowGraph:
             return
         by_name = {node.name: node for node in graph_def.node}
         say_half_writes(half_written_variables(
-            stores, by_name.get, lambda name: name in self.decisions and self.decisions[name].converted
-            and name not in self.kept_float32), self.dtype)
+            stores, by_name.get, lambda name: name in self.decisions and self.decisions[name].converted),
+            self.dtype)
 
     def _import_additions(self, user_def, rewritten_def) -> None:
         """Imports the nodes the user graph gained into the current generation: under its

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Set
 
+from .op_walks import computed_only_from
 from .unscaled_training import GRADIENT_SCOPE
 from .variable_check import VARIABLE_OPS
 
@@ -75,11 +76,11 @@ def weight_siblings(graph, nodes: List[str], converted) -> List[str]:
             op = graph.get_operation_by_name(name)
         except KeyError:
             continue
+        backward = bool(GRADIENT_SCOPE.search(op.name))
         for index, tensor in enumerate(op.inputs):
             if not _weights_only(tensor):
                 continue
             weights = _weights_key(tensor)
-            backward = bool(GRADIENT_SCOPE.search(op.name))
             for reader in _readers_of_weights(tensor):
                 if (reader.type == op.type and reader.name in converted and reader.name not in nodes
                         and bool(GRADIENT_SCOPE.search(reader.name)) == backward  # a layer's dx: no sibling
@@ -110,21 +111,11 @@ _MOST_WEIGHT_OPS = 64  # ops looked at up from a tensor to tell it is computed f
 
 def _weights_only(tensor) -> bool:
     """Whether ``tensor`` is computed from constants, variables and shapes alone (a filter
-    tiled from a constant, a kernel's read), within ``_MOST_WEIGHT_OPS`` ops."""
-    stack, seen = [tensor.op], set()
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if len(seen) > _MOST_WEIGHT_OPS:
-            return False
-        if op.type in VARIABLE_OPS or op.type in _STRUCTURE:
-            continue  # a shape is no data: SSIM tiles its filter to the images' channels
-        if not op.inputs or op.type in _NOT_WEIGHTS:
-            return False  # a placeholder, an iterator, a random op: data
-        stack.extend(t.op for t in op.inputs)
-    return True
+    tiled from a constant -- a shape is no data: SSIM tiles its filter to the images'
+    channels -- or a kernel's read), within ``_MOST_WEIGHT_OPS`` ops; a placeholder, an
+    iterator or a random op is data."""
+    return computed_only_from(tensor, lambda op: op.type in VARIABLE_OPS or op.type in _STRUCTURE,
+                              lambda op: op.type not in _NOT_WEIGHTS, most=_MOST_WEIGHT_OPS)
 
 
 _STRUCTURE = frozenset({"Const", "Shape", "ShapeN", "Size", "Rank"})
