@@ -1416,6 +1416,68 @@ def test_a_nan_loss_hook_stops_a_run_whose_loss_is_inf_in_float32_too(caplog):
     assert any("NanTensorHook: the loss was inf in a skipped step" in r.getMessage() for r in caplog.records)
 
 
+def inf_loss_training():
+    """exp of a pre-activation of 400 (the default input): inf in float32 too, so every
+    loss-scaled step skips, the scale reaches its floor and the session can do nothing
+    more.  A fed input of 0.01 gives a finite loss, and that step applies."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder_with_default(np.full((8, 4), 100.0, np.float32), [8, 4], name="x")
+        hidden = tf1.layers.dense(x, 1, kernel_initializer=tf1.constant_initializer(1.0))
+        loss = tf.reduce_mean(tf.exp(hidden))
+        global_step = tf1.train.get_or_create_global_step()
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss, global_step=global_step)
+        init = tf1.global_variables_initializer()
+    return graph, x, train_op, global_step, init
+
+
+def test_a_stop_at_step_hook_ends_training_that_skips_every_step_for_good(caplog, monkeypatch):
+    """Without a NanTensorHook, global_step never moved and StopAtStepHook waited for ever
+    (55,000 runs in 600 s).  Once every step has skipped for good FROZEN_AFTER runs in a
+    row, the session says training is frozen and the hook ends it, each said once."""
+    from tfamp_rewrite.training import activation
+
+    monkeypatch.setattr(step_watch, "FROZEN_AFTER", 20)
+    graph, _, train_op, _, _ = inf_loss_training()
+    runs = 0
+    try:
+        activation.enable_graph_rewrite()
+        with graph.as_default():
+            hooks = [tf1.train.StopAtStepHook(last_step=5)]
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            with graph.as_default(), tf1.train.MonitoredTrainingSession(
+                    hooks=hooks, save_summaries_steps=None, log_step_count_steps=None) as session:
+                while not session.should_stop() and runs < 200:
+                    runs += 1
+                    session.run(train_op)
+                stopped = session.should_stop()
+    finally:
+        activation.deactivate()
+    assert stopped
+    assert 20 <= runs < 60
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("training is frozen: the last 20 runs" in m for m in messages) == 1
+    assert sum("StopAtStepHook: training stops at global_step 0, short of its last step 5" in m
+               for m in messages) == 1
+
+
+def test_training_that_applies_a_step_now_and_then_is_not_frozen(caplog, monkeypatch):
+    """Runs that skip for good with a step applied between every FROZEN_AFTER - 1 of them
+    are training still: nothing is said, and global_step counts the applied steps."""
+    monkeypatch.setattr(step_watch, "FROZEN_AFTER", 20)
+    graph, x, train_op, global_step, init = inf_loss_training()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for run in range(100):
+                feed = {x: np.full((8, 4), 0.01, np.float32)} if run % 19 == 18 else None
+                session.run(train_op, feed)
+            steps = session.run(global_step)
+    assert steps == 100 // 19
+    assert not any("training is frozen" in r.getMessage() for r in caplog.records)
+
+
 # -- an inf/nan whose gradients are finite ------------------------------------------------
 def pairwise_distance_net():
     """Batch-hard triplet loss by the pairwise-distance trick on embeddings with |e|^2 ~ 2e5:

@@ -20,7 +20,10 @@
   NaN loss pass, saying so once, when the same run's loss-scaled step was skipped and the
   session's step watch is still working on it (step_watch.py): no weight was updated, and a
   float16 forward overflow is healed a few steps later.  Once the watch can do no more, the
-  hook stops training as TensorFlow's does.
+  hook stops training as TensorFlow's does.  ``StopAtStepHook`` (what ``Estimator.train``'s
+  ``steps`` and ``max_steps`` add) ends training, saying so once, where every step has
+  skipped for good for ``step_watch.FROZEN_AFTER`` runs in a row: global_step counts
+  applied steps only, so it would never reach the last step.
 * TensorFlow's own ``MixedPrecisionLossScaleOptimizer`` (what
   ``tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite`` returns, as
   NVIDIA's docs told TF1 users to call): while either is on, the optimizer it wraps is not
@@ -263,7 +266,7 @@ def _say_loss_scaling_is_on(opt, scale) -> None:
 # -- warm starts and NaN-loss hooks -------------------------------------------------------
 def _replace_helpers() -> None:
     """Replaces, once, the TensorFlow helpers the module docstring lists: warm_starting_util's
-    variable grouping, ``NanTensorHook``'s ``before_run`` and ``after_run``,
+    variable grouping, ``NanTensorHook``'s and ``StopAtStepHook``'s ``before_run`` and ``after_run``,
     ``MixedPrecisionLossScaleOptimizer``'s ``compute_gradients`` and ``apply_gradients``, and
     ``add_check_numerics_ops`` wherever TensorFlow exports it.  ``warm_start`` --
     ``tf.compat.v1.train.warm_start`` and the Estimator's -- looks the grouping up at each
@@ -274,6 +277,9 @@ def _replace_helpers() -> None:
     nan_hook = _tensorflow_v1().train.NanTensorHook
     _replace(nan_hook, "before_run", _counting_step_runs)
     _replace(nan_hook, "after_run", _waiting_for_skipped_steps)
+    stop_hook = _tensorflow_v1().train.StopAtStepHook
+    _replace(stop_hook, "before_run", _counting_step_runs)
+    _replace(stop_hook, "after_run", _stopping_when_frozen)
     tensorflows_scaler = importlib.import_module(
         "tensorflow.python.training.experimental.loss_scale_optimizer").MixedPrecisionLossScaleOptimizer
     for name in ("compute_gradients", "apply_gradients"):
@@ -384,8 +390,9 @@ def _scaling_once(original):
 
 
 def _counting_step_runs(original):
-    """NanTensorHook.before_run notes how many loss-scaled steps this thread ran so far, so its
-    after_run asks about the step of the run it watched, not another hook's run since."""
+    """A hook's before_run (NanTensorHook's, StopAtStepHook's) notes how many loss-scaled steps
+    this thread ran so far, so its after_run asks about the step of the run it watched, not
+    another hook's run since."""
     @functools.wraps(original)
     def before_run(self, run_context):
         from . import step_watch
@@ -424,6 +431,24 @@ def _waiting_for_skipped_steps(original):
                          "loss would stop training one step later, so the hook stops it now")
                 return original(self, run_context, run_values._replace(results=np.float32("nan")))
         return original(self, run_context, run_values)
+
+    return after_run
+
+
+def _stopping_when_frozen(original):
+    @functools.wraps(original)
+    def after_run(self, run_context, run_values):
+        from . import step_watch
+        from .devices import log_once
+
+        original(self, run_context, run_values)
+        if not run_context.stop_requested and step_watch.frozen_since(getattr(self, "_tfamp_step_runs", 0)):
+            # global_step counts applied steps: where every step skips for good it never
+            # reaches the last step, and the loop would run for ever
+            log_once("tfamp_rewrite: StopAtStepHook: training stops at global_step %s, short of "
+                     "its last step %s: every step skips for good (the lines above say why), so "
+                     "global_step would never get there" % (run_values.results, self._last_step))
+            run_context.request_stop()
 
     return after_run
 

@@ -88,16 +88,29 @@ def skipped_for_good_since(count: int) -> bool:
             and getattr(_step_runs, "recovering", None) is None)
 
 
-def _record_step_run(recovering_graph, skipped: bool = False) -> None:
+def frozen_since(count: int) -> bool:
+    """True if this thread ran a loss-scaled step since ``step_runs_so_far()`` was ``count``,
+    and by the last such run, ``FROZEN_AFTER`` runs in a row had skipped every step they
+    computed for good: no weight and not global_step changes any more
+    (activation.py's StopAtStepHook)."""
+    return step_runs_so_far() > count and getattr(_step_runs, "frozen", False)
+
+
+def _record_step_run(recovering_graph, skipped: bool = False, frozen: bool = False) -> None:
     _step_runs.count = step_runs_so_far() + 1
     _step_runs.recovering = recovering_graph
     _step_runs.skipped = skipped
+    _step_runs.frozen = frozen
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
 # Heals per session: a deep regression on raw inputs (values of 1e5 in every layer's gradients)
 # needs about one per layer; each imports the graph once more (its nodes, not its weights).
 DEFAULT_MAX_HEALS = 16
+# Runs in a row that skipped every step they computed, with nothing more the session can do,
+# after which training is frozen: said once, and a StopAtStepHook ends training there, since
+# global_step, which counts applied steps only, would never reach its last step.
+FROZEN_AFTER = 100
 _logger = logging.getLogger("tfamp_rewrite")
 _said_probing = False  # building the probes is said once per process
 _said_probing_pause = False  # a long first probed step: said once per process
@@ -174,6 +187,8 @@ class StepWatch:
         self._said_reset = False      # a loss scale set back from outside: said once
         self._probed_kinds: set = set()  # the probe bundles fetched so far (each a new kind of run)
         self._probing_since: Optional[Tuple[float, int]] = None  # a first probed run: (start, probes)
+        self._skipped_for_good = 0    # runs in a row whose every step skipped for good
+        self._said_frozen = False     # training frozen: said once
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -319,7 +334,27 @@ class StepWatch:
                 self._diagnose(dict(extra_values, steps=steps), ids, signals, run_private, feeds)
             skipped = [i for i, (finite, _) in steps.items() if not finite]
             recovering = skipped and all(self._can_recover(self._guard(signals[i])) for i in skipped)
-            _record_step_run(self.shadow.user_graph if recovering else None, skipped=bool(skipped))
+            for_good = bool(skipped) and not recovering and len(skipped) == len(steps)
+            self._skipped_for_good = self._skipped_for_good + 1 if for_good else 0
+            frozen = self._skipped_for_good >= FROZEN_AFTER
+            if frozen:
+                self._say_frozen()
+            _record_step_run(self.shadow.user_graph if recovering else None, skipped=bool(skipped),
+                             frozen=frozen)
+
+    def _say_frozen(self) -> None:
+        """Says, once, that ``FROZEN_AFTER`` runs in a row skipped every step for good."""
+        if self._said_frozen:
+            return
+        self._said_frozen = True
+        _logger.warning(
+            "tfamp_rewrite: training is frozen: the last %d runs skipped every loss-scaled step "
+            "they computed, and the session can do nothing more about them (the lines above say "
+            "why, and what keeps the culprit float32); no weight has changed since and global_step, "
+            "which counts applied steps only, stays where it is. A StopAtStepHook (Estimator."
+            "train(steps=...) or max_steps) ends training here rather than wait for ever; a loop "
+            "that runs until global_step reaches a count does not end. Float32 would have applied "
+            "these steps' inf/nan updates (said once)" % FROZEN_AFTER)
 
     def _say_probing_pause(self) -> None:
         """After the first run fetching a bundle of probes: says, once, a pause it made the
