@@ -88,7 +88,6 @@ class ShadowGraph:
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
         self.excluded_by_name: list = []     # compiled patterns: nodes the user keeps float32
         self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
-        self.last_rewrite = None             # (user GraphDef, RewriteResult) of the latest import
         self._scope = ""                     # name scope of the current generation ("" first)
         self._generation = 0
         self._shared: Set[str] = set()       # state sources every generation shares
@@ -123,7 +122,6 @@ class ShadowGraph:
                     tf.import_graph_def(to_import, name="")
                 self._imported.update(node.name for node in to_import.node)
             self._version = version
-            self.last_rewrite = (graph_def, result)
             self._note_deferred(deferred)
             self._synced(graph_def, result, added, time.perf_counter() - start)
             self._say_half_writes(graph_def, added)
@@ -142,7 +140,6 @@ class ShadowGraph:
             self._import_generation(to_import)
             self._note_deferred(deferred)
             self._version = self.user_graph.version
-            self.last_rewrite = (graph_def, result)
             return result.report
 
     def _user_graph_def(self):
@@ -252,13 +249,15 @@ class ShadowGraph:
         return result
 
     def half_rewrite(self):
-        """``(user GraphDef, RewriteResult)`` of the latest import with half dtypes in it:
-        the rewrite itself, or under emulation the same decisions with native numerics."""
-        graph_def, result = self.last_rewrite
-        if self.numerics == "native":
-            return graph_def, result
-        return graph_def, rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
-                                            compat=self.compat, nodes_to_exclude=self._excluded(graph_def))
+        """``(user GraphDef, RewriteResult)`` of the latest import with half dtypes in it: the
+        same decisions with native numerics (under emulation too).  Made anew at each call:
+        kept, the two GraphDefs would hold each of the graph's constants twice more for the
+        session's life (a dataset held as a constant: hundreds of MB)."""
+        with self._lock:
+            graph_def = self._user_graph_def()
+            return graph_def, rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
+                                                compat=self.compat,
+                                                nodes_to_exclude=self._excluded(graph_def))
 
     def _excluded(self, graph_def) -> List[str]:
         """The nodes of ``graph_def`` the rewrite leaves float32: healed, or named by the
