@@ -87,6 +87,42 @@ def test_a_genuine_nan_fails_the_run_with_tensorflows_message_once_the_session_c
     assert raised.value.op is parts["checked"].op  # the user's node, not the private graph's
 
 
+def test_a_write_computed_from_a_check_writes_nothing_where_the_check_fails(caplog):
+    """A running mean updated from a checked batch mean: float32's failing check stopped the
+    run before the assignment, and the program dropped the batch.  Deferred, the check let
+    the assignment store NaN for good; held by the check, it keeps float32's value."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 2], name="x")
+        running_mean = tf1.Variable(tf.zeros([2]), trainable=False, name="running_mean")
+        batch_mean = tf.debugging.check_numerics(tf.reduce_mean(x, 0), "batch mean")
+        update = tf1.assign(running_mean, 0.9 * running_mean + 0.1 * batch_mean, name="update_mean")
+        loss = tf.reduce_mean(tf.square(tf1.layers.dense(x - running_mean, 1)))
+        with tf.control_dependencies([update]):
+            train = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01),
+                                                     "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+
+    def means(session_class):
+        with session_class(graph=graph) as session:
+            session.run(init)
+            for bad in (False, False, True, False):
+                batch = np.ones((4, 2), np.float32)
+                batch[0, 0] = np.nan if bad else 1.0
+                try:
+                    session.run(train, {x: batch})
+                except tf.errors.InvalidArgumentError:
+                    pass  # float32: the check fails the run; the program drops the batch
+            return session.run(running_mean)
+
+    expected = means(tf1.Session)
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        got = means(tfamp_rewrite.Session)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert len(said(caplog, "1 write(s) computed from a check_numerics (e.g. 'update_mean') write "
+                            "nothing in a run where the check saw inf/nan")) == 1
+
+
 @pytest.mark.parametrize("how", ["run", "callable"])
 def test_a_run_computing_no_step_fails_at_once(how):
     parts = summed_loss_net(check_logits=True)

@@ -12,16 +12,28 @@ name, same consumers) with a status beside it::
 
 ``defer_checks(graph_def, deferrable)`` makes that change in place, for the checks
 ``deferrable`` accepts: those outside a TF1 cond or while loop, whose status a run can
-fetch.  The session judges the statuses after each run (deferred_checks.py).  The user's
-graph is not changed.
+fetch.  The session judges the statuses after each run (deferred_checks.py).
+
+A failing check stopped the run before anything computed from it: a running mean updated
+from a checked batch mean kept its value, and the program dropped the batch.  So each
+write to a variable computed from deferred checks (through data or control inputs; one that
+``deferrable`` accepts, and none that only an applied step runs) writes nothing where one
+of them saw inf/nan (``hold_checked_writes``)::
+
+    Assign(v, x)   x -> Select(passed, x, v)     passed = All(Pack([Not(Any(status)), ...]))
+
+(and the other writes state_guard.py guards, each keeping what it would change).  The
+user's graph is not changed.
 """
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, Collection, List, Set
 
 from tensorflow.core.framework import types_pb2
 
+from ..graph_rewrite.graph_view import parse_input
 from .node_defs import flattened, node_def
+from .state_guard import WRITE_OPS, keeping_write
 
 _CHECK_OP = "CheckNumerics"
 _SCOPE = "/tfamp_check/"
@@ -55,3 +67,54 @@ def defer_checks(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
         del node.attr["message"]
         deferred.append(node.name)
     return deferred
+
+
+def hold_checked_writes(graph_def, deferred: Collection[str], deferrable: Callable[[str], bool],
+                        leave: Collection[str] = ()) -> List[str]:
+    """Makes, in place, each write of ``graph_def`` computed from the ``deferred`` checks
+    (through data or control inputs), that ``deferrable(name)`` accepts and ``leave`` does
+    not name, write nothing when one of those checks saw inf/nan (module docstring);
+    returns the writes' names."""
+    by_name = {node.name: node for node in graph_def.node}
+    deferred = set(deferred)
+    held = []
+    for node in list(graph_def.node):
+        if node.op not in WRITE_OPS or node.name in leave or not deferrable(node.name):
+            continue
+        checks = _checks_upstream(node, by_name, deferred)
+        scope = node.name + "/tfamp_checked/"
+        keeping = keeping_write(node, by_name, scope) if checks else None
+        if keeping is None:
+            continue
+        slot, dtype, added = keeping
+        passed = []
+        for check in checks:
+            passed.append(scope + "passed_%d" % len(passed))
+            added.append(node_def(passed[-1] + "/failed", "Any", [check + STATUS, check + _SCOPE + "zero"],
+                                  Tidx=types_pb2.DT_INT32))
+            added.append(node_def(passed[-1], "LogicalNot", [passed[-1] + "/failed"]))
+        added.append(node_def(scope + "every", "Pack", passed, ints={"N": len(passed)}, T=types_pb2.DT_BOOL))
+        added.append(node_def(scope + "passed", "All", [scope + "every", checks[0] + _SCOPE + "zero"],
+                              Tidx=types_pb2.DT_INT32))
+        added.append(node_def(scope + "checked_only", "Select",
+                              [scope + "passed", node.input[slot], scope + "unchanged"], T=dtype))
+        for each in added:
+            each.device = node.device
+        graph_def.node.extend(added)
+        node.input[slot] = scope + "checked_only"
+        held.append(node.name)
+    return held
+
+
+def _checks_upstream(node, by_name, checks: Set[str]) -> List[str]:
+    """The ``checks`` ``node`` is computed from, through data or control inputs, sorted."""
+    found, stack, seen = set(), [parse_input(text)[0] for text in node.input], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        if name in checks:
+            found.add(name)
+        stack.extend(parse_input(text)[0] for text in by_name[name].input)
+    return sorted(found)

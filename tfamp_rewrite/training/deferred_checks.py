@@ -69,7 +69,8 @@ class DeferredChecks:
         name, nan, inf = failing[0]
         if skipped_while_recovering:
             log_once("tfamp_rewrite: a check_numerics saw inf/nan in a step the loss scaling "
-                     "skipped, so its optimizer applied no update; the checks wait while the "
+                     "skipped, so its optimizer applied no update (and writes computed from the "
+                     "check none); the checks wait while the "
                      "session finds the cause, and fail the run as TensorFlow's do once the "
                      "session cannot act (said once)")
             return

@@ -39,7 +39,7 @@ from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from ..user_log import LOGGER_NAME, log_info
-from .check_deferral import defer_checks
+from .check_deferral import defer_checks, hold_checked_writes
 from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
@@ -200,14 +200,25 @@ class ShadowGraph:
 
     def _defer_checks(self, to_import) -> List[str]:
         """Defers ``to_import``'s CheckNumerics outside TF1 control flow (check_deferral.py),
-        when the user graph holds a loss-scaled step; returns their names."""
+        when the user graph holds a loss-scaled step, and holds the writes computed from
+        them where one fails (said once); returns their names."""
         if not step_signals(self.user_graph):
             return []
 
         def outside_control_flow(name: str) -> bool:
             return self.user_graph.get_operation_by_name(name)._get_control_flow_context() is None
 
-        return defer_checks(to_import, outside_control_flow)
+        deferred = defer_checks(to_import, outside_control_flow)
+        if not deferred:
+            return deferred
+        held = hold_checked_writes(to_import, deferred, outside_control_flow,
+                                   leave=self._state_variables()[1])
+        if held:
+            log_once("tfamp_rewrite: %d write(s) computed from a check_numerics (e.g. '%s') write "
+                     "nothing in a run where the check saw inf/nan, as TensorFlow's failing check "
+                     "stops the run before them: the checks wait for the loss scaling, the "
+                     "variables keep their values" % (len(held), held[0]))
+        return deferred
 
     def _note_deferred(self, deferred: List[str]) -> None:
         """Records the deferred checks the private graph now runs as Identity (one imported

@@ -28,7 +28,7 @@ every sync; the user's graph is not changed.
 """
 from __future__ import annotations
 
-from typing import Collection, List, Optional
+from typing import Collection, List, Optional, Tuple
 
 from tensorflow.core.framework import types_pb2
 
@@ -64,6 +64,30 @@ WRITE_OPS = frozenset(_WRITES)
 def value_input(op_type: str) -> int:
     """The input of a write op (one of ``WRITE_OPS``) holding the value it writes."""
     return _WRITES[op_type][1]
+
+
+def keeping_write(write, by_name, scope: str) -> Optional[Tuple[int, int, List]]:
+    """``(slot, dtype, nodes)`` to make ``write`` (a NodeDef of ``by_name``) keep what it
+    would change: ``nodes`` compute it, the last named ``scope + "unchanged"``, to be
+    selected instead of input ``slot``.  None for a write that is no floating one of
+    ``WRITE_OPS``, or whose kept value may not exist yet or fit: a new value not computed
+    from the variable (an initializer or a restore may run before it holds anything), or
+    one of another shape (``validate_shape=False``)."""
+    kind = _WRITES.get(write.op)
+    if kind is None:
+        return None
+    type_attr, slot, what = kind
+    if len(write.input) <= slot or write.input[slot].startswith("^"):
+        return None
+    dtype, value = write.attr[type_attr].type, write.input[slot]
+    if dtype not in _FLOATING:
+        return None
+    if what == VALUE and (not _reads(value, _variable_of(write.input[0], by_name), by_name) or (
+            "validate_shape" in write.attr and not write.attr["validate_shape"].b)):
+        return None
+    return slot, dtype, _unchanged(write, scope, what, dtype, value)
+
+
 _SCOPE = "/tfamp_finite_only/"
 
 
@@ -77,23 +101,19 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
     downstream = None if through is None else _computed_from(graph_def, through)
     guarded = []
     for node in list(graph_def.node):
-        kind = _WRITES.get(node.op)
-        if kind is None or node.name in leave:
+        if node.op not in _WRITES or node.name in leave:
             continue
-        type_attr, slot, what = kind
-        if len(node.input) <= slot or node.input[slot].startswith("^"):
+        if _variable_of(node.input[0], by_name) not in variables:
             continue
-        dtype, value = node.attr[type_attr].type, node.input[slot]
-        variable = _variable_of(node.input[0], by_name)
-        if dtype not in _FLOATING or variable not in variables or (
-                downstream is not None and parse_input(value)[0] not in downstream):
-            continue
-        if what == VALUE and (not _reads(value, variable, by_name) or (
-                "validate_shape" in node.attr and not node.attr["validate_shape"].b)):
-            continue  # an initializer or a restore (it may run first), or another shape
         scope = node.name + _SCOPE
-        added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype)]
-        added += _unchanged(node, scope, what, dtype, value)
+        keeping = keeping_write(node, by_name, scope)
+        if keeping is None:
+            continue
+        slot, dtype, unchanged = keeping
+        value = node.input[slot]
+        if downstream is not None and parse_input(value)[0] not in downstream:
+            continue
+        added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype)] + unchanged
         added.append(node_def(scope + "finite_only", "Select",
                               [scope + "is_finite", value, scope + "unchanged"], T=dtype))
         for each in added:
