@@ -83,8 +83,10 @@ def test_a_genuine_nan_fails_the_run_with_tensorflows_message_once_the_session_c
             for _ in range(40):
                 session.run(parts["train"], feed)
         assert session.run(parts["global_step"]) == 0
-    assert raised.value.message == "pred is not finite : Tensor had NaN values"
+    assert "pred is not finite : Tensor had NaN values" in raised.value.message
+    assert "test_deferred_checks.py" in raised.value.message  # where the check was made, as TF says
     assert raised.value.op is parts["checked"].op  # the user's node, not the private graph's
+    assert raised.value.node_def.name == parts["checked"].op.name
 
 
 def test_a_write_computed_from_a_check_writes_nothing_where_the_check_fails(caplog):
@@ -140,6 +142,38 @@ def test_a_run_computing_no_step_fails_at_once(how):
         assert np.isfinite(evaluate(good)).all()
         with pytest.raises(tf.errors.InvalidArgumentError, match="pred is not finite : Tensor had NaN"):
             evaluate(bad)
+
+
+def test_of_the_checks_that_fail_the_first_made_is_named_as_tensorflows_chain_does():
+    """add_check_numerics_ops finds where an inf starts: the first failing check of its chain,
+    made in the graph's order.  The deferred checks named the failing check whose name
+    sorts first ('CheckNumerics_10', downstream, before 'CheckNumerics_4')."""
+    graph = tf.Graph()
+    with control_flow_v1(), graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        hidden = tf1.layers.dense(x, 4)
+        probabilities = tf.nn.softmax(hidden)
+        log_p = tf1.log(probabilities - probabilities, name="logp")  # -inf: where it starts
+        downstream = log_p * 0.0
+        for layer in range(12):
+            downstream = tf.add(downstream, 1.0, name="layer%d" % layer)
+        loss = tf.reduce_mean(downstream) + tf.reduce_mean(tf.square(hidden))
+        tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic").minimize(loss)
+        activation.enable_graph_rewrite()
+        try:
+            check_all = tf1.add_check_numerics_ops()
+        finally:
+            activation.deactivate()
+        init = tf1.global_variables_initializer()
+    feed = {x: np.ones((2, 4), np.float32)}
+    with tf1.Session(graph=graph) as session, pytest.raises(tf.errors.InvalidArgumentError) as float32:
+        session.run(init)
+        session.run([loss, check_all], feed)
+    with tfamp_rewrite.Session(graph=graph) as session, pytest.raises(tf.errors.InvalidArgumentError) as amp:
+        session.run(init)
+        session.run([loss, check_all], feed)  # an evaluation: no step to wait for
+    assert "logp:0 : Tensor had Inf values" in float32.value.message
+    assert "logp:0 : Tensor had Inf values" in amp.value.message
 
 
 def test_add_check_numerics_ops_leaves_the_skip_cond_out_and_training_runs(caplog):

@@ -9,7 +9,8 @@ tensor (``fetches(elements, fed)``), and judges them after the run (``after_run`
     the run skipped its loss-scaled step while the session can still act on it
       (step_watch.skipped_while_recovering_since): no weight was updated; said once
     otherwise:                                  raises the InvalidArgumentError TensorFlow's
-                                                kernel raises, naming the user's node
+                                                kernel raises, naming the user's node and
+                                                where it was made (the first check made)
 
 Partial runs cannot fetch the statuses: a partial run that computes a deferred check says
 once that it is not evaluated there.
@@ -24,6 +25,7 @@ import tensorflow as tf
 from .check_deferral import STATUS
 from .devices import log_once
 from .op_walks import ancestors
+from .user_errors import raised_at
 
 
 class DeferredChecks:
@@ -66,7 +68,10 @@ class DeferredChecks:
         failing = [(name, nan, inf) for name, (nan, inf) in zip(names, np.asarray(statuses)) if nan or inf]
         if not failing:
             return
-        name, nan, inf = failing[0]
+        user_graph = self.shadow.user_graph
+        # the first check the program made: tf.add_check_numerics_ops chains them in that
+        # order, and an upstream check is made before those computed from its value
+        name, nan, inf = min(failing, key=lambda f: user_graph.get_operation_by_name(f[0])._id)
         if skipped_while_recovering:
             log_once("tfamp_rewrite: a check_numerics saw inf/nan in a step the loss scaling "
                      "skipped, so its optimizer applied no update (and writes computed from the "
@@ -74,10 +79,10 @@ class DeferredChecks:
                      "session finds the cause, and fail the run as TensorFlow's do once the "
                      "session cannot act (said once)")
             return
-        op = self.shadow.user_graph.get_operation_by_name(name)
+        op = user_graph.get_operation_by_name(name)
         kind = "Inf and NaN" if nan and inf else "Inf" if inf else "NaN"
-        raise tf.errors.InvalidArgumentError(
-            None, op, "%s : Tensor had %s values" % (op.get_attr("message").decode(), kind))
+        raise raised_at(tf.errors.InvalidArgumentError, op,
+                        "%s : Tensor had %s values" % (op.get_attr("message").decode(), kind))
 
     def say_unchecked_in_partial_runs(self, elements, fed=()) -> None:
         """Says once that the deferred checks a partial run computes are not evaluated."""

@@ -47,6 +47,13 @@ def in_user_terms(error, user_graph, user_name: Callable[[str], str]) -> Optiona
     return found
 
 
+def raised_at(error_type, user_op, message: str) -> Exception:
+    """The ``error_type`` (an OpError) TensorFlow raises where the kernel of ``user_op`` (a
+    user graph's op) fails with ``message``: the op's stack interpolated as a run's is."""
+    raw = "%s\n\t [[{{node %s}}]]" % (message, user_op.name)
+    return error_type(user_op.node_def, user_op, _interpolate(raw, user_op.graph))
+
+
 def _user_op(graph, name: str):
     try:
         return graph.get_operation_by_name(name)
