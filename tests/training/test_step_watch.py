@@ -1416,6 +1416,43 @@ def test_a_nan_loss_hook_stops_a_run_whose_loss_is_inf_in_float32_too(caplog):
     assert any("NanTensorHook: the loss was inf in a skipped step" in r.getMessage() for r in caplog.records)
 
 
+def test_a_nan_loss_hook_waits_on_an_evaluation_before_training_that_returned_nan(caplog):
+    """The usual 'initial loss' print before training: its logits overflow float16, so the
+    evaluation run returns NaN.  MonitoredTrainingSession runs the NanTensorHook on it too,
+    and the hook ended training before its first step; float32's loss is finite there.  The
+    hook waits while the session traces the NaN, and training heals it and goes on."""
+    from tfamp_rewrite.training import activation
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full((8, 16), 100.0, np.float32))
+        labels = tf.constant(np.arange(8) % 4)
+        hidden = tf1.layers.dense(x, 32, tf.nn.relu, kernel_initializer=tf1.constant_initializer(1.0))
+        logits = tf1.layers.dense(hidden, 4, kernel_initializer=tf1.constant_initializer(2.0),
+                                  name="logits")  # 102400 in float32, inf in float16
+        loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits)
+        global_step = tf1.train.get_or_create_global_step()
+        activation.enable_graph_rewrite()
+        activation.enable_loss_scaling()   # zero-code: the optimizer is wrapped
+        train_op = tf1.train.AdamOptimizer(1e-3).minimize(loss, global_step=global_step)
+        hooks = [tf1.train.StopAtStepHook(last_step=5), tf1.train.NanTensorHook(loss)]
+    runs = 0
+    try:
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            with graph.as_default(), tf1.train.MonitoredTrainingSession(
+                    hooks=hooks, save_summaries_steps=None, log_step_count_steps=None) as session:
+                initial = session.run(loss)
+                while not session.should_stop() and runs < 100:
+                    runs += 1
+                    session.run(train_op)
+    finally:
+        activation.deactivate()
+    assert np.isnan(initial)
+    assert runs < 100   # StopAtStepHook ended it: 5 steps applied
+    assert any("'logits/MatMul' (MatMul) is the first float16 node computing inf/nan" in r.getMessage()
+               for r in caplog.records)
+
+
 def inf_loss_training():
     """exp of a pre-activation of 400 (the default input): inf in float32 too, so every
     loss-scaled step skips, the scale reaches its floor and the session can do nothing

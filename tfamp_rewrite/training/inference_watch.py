@@ -96,6 +96,11 @@ class InferenceWatch:
         """Whether the origin of what was said is being looked for (``OriginSearch.active``)."""
         return self.search.active()
 
+    def traces(self, fetches, values) -> bool:
+        """Whether an inf/nan these ``values`` (of the user's ``fetches``) hold is being traced
+        to its node: a search is on."""
+        return self.search.active() and _non_finite_leaf(fetches, values) is not None
+
     def hidden_plan(self, elements, fed=()):
         """``HiddenNonFinite.fetches`` whatever ``check_due`` says (a callable's, fixed when
         it is made), or None once something has been said."""
@@ -165,11 +170,13 @@ class InferenceWatch:
             return None
         if found is not None:
             name = getattr(found, "name", found)
-            self._say("returned inf/nan%s and computed no loss-scaled step, so nothing watched or "
-                      "healed it" % (" in %r" % name if isinstance(name, str) and name else ""), found)
+            self._say("returned inf/nan%s and computed no loss-scaled step the session watches, so "
+                      "nothing skipped or healed it"
+                      % (" in %r" % name if isinstance(name, str) and name else ""), found)
         elif entry is not None:
             self._say("computed inf/nan in %s, so the values it returned do not show it, and "
-                      "computed no loss-scaled step, so nothing watched or healed it" % (entry,), entry)
+                      "computed no loss-scaled step the session watches, so nothing skipped or healed it"
+                      % (entry,), entry)
         return None
 
     def after_failure(self, error, elements, fed=()) -> None:

@@ -337,6 +337,11 @@ class _RewritingSession:
             found = self._inference.after_run(fetches, values, hidden, hidden_statuses)
             if found is not None and self._watch is not None:
                 self._heal_origin(found, "an inference run's inf/nan, traced to its node")
+            if self._watch is not None and self._watch.can_heal() and (
+                    found is not None or self._inference.traces(fetches, values)):
+                # a NanTensorHook (MonitoredSession runs it on every run) waits on a NaN
+                # loss that an evaluation before training returned, as on a skipped step's
+                step_watch.traced_run(self._user_graph)
             return
         ran = step_watch.steps_that_ran(steps or {})
         if not ran:  # none, or each in a TF1 cond branch not taken

@@ -80,6 +80,14 @@ def still_recovering(graph) -> None:
     _step_runs.recovering = graph
 
 
+def traced_run(graph) -> None:
+    """Counts this thread's last run, of a rewriting session on ``graph`` (the user's), as
+    one the session still acts on though it computed no loss-scaled step: it returned an
+    inf/nan the session is tracing to its node (an evaluation before training starts), so a
+    NanTensorHook watching it waits (``skipped_while_recovering_since``)."""
+    _record_step_run(graph)
+
+
 def skipped_for_good_since(count: int) -> bool:
     """True if this thread ran a loss-scaled step since ``step_runs_so_far()`` was ``count``,
     and the last such run skipped its step where the watch can no longer act on it (the
