@@ -168,6 +168,65 @@ def test_automatic_loss_scaling_is_said_once_when_an_optimizer_first_scales(monk
     assert "'Momentum' (MomentumOptimizer)" in line and "from 32768" in line and "2000 finite" in line
 
 
+def _program_scaled_regression(scale_by, through):
+    """A regression whose program scales its loss itself (``scale_by``: "constant", 65536,
+    or "variable", a non-trainable 32768 its code would halve and double) and divides the
+    gradients by it (``through``: "compute_gradients" or "tf.gradients")."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.random.default_rng(0).standard_normal([64, 8]).astype(np.float32))
+        pred = tf1.layers.dense(x, 1, kernel_initializer=tf1.constant_initializer(0.3))
+        loss = tf.reduce_mean(tf.square(pred - 1.0))
+        if scale_by == "constant":
+            scale = tf.constant(65536.0)
+        else:
+            scale = tf1.Variable(32768.0, trainable=False, name="my_loss_scale")
+        scaled_loss = loss * scale
+        opt = tf1.train.GradientDescentOptimizer(0.1)
+        variables = tf1.trainable_variables()
+        if through == "compute_gradients":
+            grads = [g for g, _ in opt.compute_gradients(scaled_loss, variables)]
+        else:
+            grads = tf.gradients(scaled_loss, variables)
+        step = tf1.train.get_or_create_global_step()
+        train = opt.apply_gradients([(g / scale, v) for g, v in zip(grads, variables)], step)
+        init = tf1.global_variables_initializer()
+    return graph, train, loss, step, init
+
+
+@pytest.mark.parametrize("scale_by", ["constant", "variable"])
+@pytest.mark.parametrize("through", ["compute_gradients", "tf.gradients"])
+def test_a_loss_the_program_scales_itself_is_not_scaled_again(monkeypatch, caplog, scale_by, through):
+    """compute_gradients(loss * 65536) was scaled again from 32768: the product overflowed,
+    13 steps skipped before it fit, and the settled line advised a scale of 4.  tf.gradients
+    of such a loss was said to be 'unscaled'.  The optimizer's scale now stays at 1, said
+    once, and training runs as float32's does: every step applied, the same loss."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph, train, loss, step, init = _program_scaled_regression(scale_by, through)
+    with tf1.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(20):
+            session.run(train)
+        expected = session.run(loss)
+    activation.enable_loss_scaling()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        graph, train, loss, step, init = _program_scaled_regression(scale_by, through)
+        with tf1.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(20):
+                session.run(train)
+            assert session.run(step) == 20
+            np.testing.assert_allclose(session.run(loss), expected, rtol=1e-5)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("computed from an unscaled loss" in m for m in messages)
+    factor = "65536" if scale_by == "constant" else "the variable 'my_loss_scale'"
+    owned = [m for m in messages
+             if "is multiplied by %s already, the program's own loss scaling" % factor in m]
+    assert len(owned) == (1 if through == "compute_gradients" else 0)
+
+
 class _LarsLike(tf1.train.Optimizer):
     """SimCLR's LARS pattern: an apply_gradients of its own that makes its momentum with
     tf.get_variable and assigns the new values, calling no apply_gradients."""

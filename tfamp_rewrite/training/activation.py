@@ -193,7 +193,8 @@ def disable_loss_scaling() -> None:
 def _with_auto_loss_scaling(name, method):
     @functools.wraps(method)
     def scaled(self, *args, **kwargs):
-        scaler = _auto_scaler(self)
+        loss = (args[0] if args else kwargs.get("loss")) if name == "compute_gradients" else None
+        scaler = _auto_scaler(self, loss)
         if scaler is None:
             return method(self, *args, **kwargs)
         return getattr(scaler, name)(*args, **kwargs)
@@ -201,9 +202,14 @@ def _with_auto_loss_scaling(name, method):
     return scaled
 
 
-def _auto_scaler(opt):
-    """The LossScaleOptimizer ``opt`` delegates to, or None if ``opt`` must act itself."""
+def _auto_scaler(opt, loss=None):
+    """The LossScaleOptimizer ``opt`` delegates to, or None if ``opt`` must act itself;
+    made on first use, given the ``loss`` of a first ``compute_gradients``.  A loss the
+    program scales itself (own_loss_scale.py) is not scaled again: the scale starts and
+    stays at 1, and steps whose gradients hold inf/nan are still skipped and healed."""
     from . import loss_scale_optimizer
+    from .loss_scale import DynamicLossScale
+    from .own_loss_scale import own_scale
 
     if loss_scale_optimizer.delegating():  # a wrapper is calling the optimizer it wraps
         return None
@@ -212,14 +218,19 @@ def _auto_scaler(opt):
         return None
     scaler = state.get(_AUTO_SCALER)
     if scaler is None:
-        scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, "dynamic")
+        programs = own_scale(loss) if isinstance(loss, _tensorflow_v1().Tensor) else None
+        # never grows: the program's own scale does, or stays as it chose
+        scale = "dynamic" if programs is None else DynamicLossScale(1, increment_period=2 ** 31 - 1)
+        scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, scale)
         scaler._state_owner = opt  # the user checkpoints opt: the loss scale is saved with it
         # A subclass whose compute_gradients or apply_gradients calls super() reaches the
         # scaler from inside its override: the scaler calls the base class's, not the override.
         scaler._inner_methods = {name: functools.partial(_original_methods[name], opt)
                                  for name in _DELEGATED_METHODS}
         _route_own_apply_through(opt, scaler)
-        _say_loss_scaling_is_on(opt, scaler.loss_scale)
+        _say_loss_scaling_is_on(opt, scaler.loss_scale if programs is None else DynamicLossScale())
+        if programs is not None:
+            _say_scaled_by_the_program(opt, loss, programs)
     return scaler
 
 
@@ -246,6 +257,16 @@ def _route_own_apply_through(opt, scaler) -> None:
         return own(opt, grads_and_vars, *args, **kwargs)
 
     opt.__dict__["apply_gradients"] = apply_gradients
+
+
+def _say_scaled_by_the_program(opt, loss, factor: str) -> None:
+    """Says once per optimizer that its loss was scaled already, so is not scaled again."""
+    from .devices import log_once
+
+    log_once("tfamp_rewrite: the loss %r given to '%s' (%s) is multiplied by %s already, the "
+             "program's own loss scaling: automatic loss scaling leaves that optimizer's scale "
+             "at 1, so the two do not multiply, and still skips a step whose gradients hold "
+             "inf/nan (said once)" % (loss.op.name, opt.get_name(), type(opt).__name__, factor))
 
 
 def _say_loss_scaling_is_on(opt, scale) -> None:

@@ -59,7 +59,7 @@ from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
 from .op_walks import computed_only_from, reachable
-from .unscaled_training import GRADIENT_SCOPE, unscaled_gradient_calls
+from .unscaled_training import GRADIENT_SCOPE, from_a_loss_the_program_scales, unscaled_gradient_calls
 from .variable_check import VARIABLE_OPS
 
 _tf = tf.compat.v1
@@ -597,6 +597,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         backprop = {op for op in graph.get_operations() if GRADIENT_SCOPE.search(op.name)}
         if not _depends_on_any(tensors, backprop):  # through accumulators' writers too
             self._warn_if_fed_from_unscaled_gradients(graph)
+            return
+        if from_a_loss_the_program_scales(tensors):  # tf.gradients(loss * 1024.): scaled already
             return
         others = {t.op for t in _tf.get_collection(LOSS_SCALE_COLLECTION)} - self._scales_handed_out
         if others and _depends_on_any(tensors, others):

@@ -28,12 +28,11 @@ from __future__ import annotations
 import re
 from typing import Dict, List
 
-import tensorflow as tf
-
 from .devices import log_once
 from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
 from .op_walks import ancestors, downstream_of, reachable
+from .own_loss_scale import own_scale
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -112,9 +111,19 @@ def unscaled_backprops(graph, converted) -> Dict[str, str]:
     result = {}
     for scope, ops in calls.items():
         if (any(op.name in converted for op in ops) and not _reaches_an_update(ops)
-                and not any(_scaled_by_a_constant(loss) for loss in _losses_of(graph, scope))):
+                and not any(own_scale(loss) for loss in _losses_of(graph, scope))):
             result.update((op.name, scope) for op in ops)
     return result
+
+
+def from_a_loss_the_program_scales(tensors) -> bool:
+    """Whether ``tensors`` are computed by a ``tf.gradients`` call whose loss the program
+    scales itself (own_loss_scale.py: ``tf.gradients(loss * 1024., ...)``)."""
+    graph = tensors[0].graph
+    upstream = {op.name for op in ancestors(tensors)}
+    return any(any(name.startswith(scope + "/") for name in upstream)
+               and any(own_scale(loss) for loss in _losses_of(graph, scope))
+               for scope in _call_scopes(graph))
 
 
 def unscaled_gradient_calls(graph, scales) -> Dict[str, List]:
@@ -150,21 +159,6 @@ def _losses_of(graph, scope: str) -> List:
                     except KeyError:
                         pass
     return losses
-
-
-def _scaled_by_a_constant(loss) -> bool:
-    """Whether ``loss`` is a product with a constant of 2 or more (``loss * 1024.``): the
-    user's own fixed loss scale."""
-    if loss.type != "Mul":
-        return False
-    for operand in loss.inputs:
-        while operand.op.type in ("Cast", "Identity") and operand.op.inputs:
-            operand = operand.op.inputs[0]
-        if operand.op.type == "Const":
-            value = tf.compat.v1.make_ndarray(operand.op.get_attr("value"))
-            if value.size == 1 and abs(float(value.reshape(()))) >= 2:
-                return True
-    return False
 
 
 def _reaches_an_update(ops) -> bool:
