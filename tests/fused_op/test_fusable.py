@@ -93,16 +93,24 @@ def test_a_graph_imported_under_a_prefix_fuses():
     assert all_finite and unscaled[0].tolist() == [3.0 * INV_SCALE] * 4
 
 
-def test_a_group_read_from_outside_stays_stock_ops_and_says_why():
+@pytest.mark.parametrize("reader", ["an op", "a TF1 cond's Switch"])
+def test_a_group_read_from_outside_stays_stock_ops_and_says_why(reader):
     arrays = [np.ones(3, np.float32)]
     graph, fetches = stock_graph(arrays)
     with graph.as_default():
         (checked,) = [op for op in graph.get_operations() if op.type == "IsFinite"]
-        tf.logical_not(checked.outputs[0], name="user_reads_the_check")
+        if reader == "an op":
+            tf.logical_not(checked.outputs[0], name="user_reads_the_check")
+        else:  # apply_gradients inside the program's tf.cond: its Switch reads the values
+            tf.raw_ops.Switch(data=checked.outputs[0], pred=tf.constant(True), name="user_reads_the_check")
     graph_def = graph.as_graph_def()
     before = graph_def.SerializeToString(deterministic=True)
     scopes, left = fuse_unscale_groups(graph_def)
-    assert scopes == [] and list(left.values()) == ["user_reads_the_check reads %s" % checked.name]
+    said = "'user_reads_the_check' reads the check's value '%s'" % checked.name
+    if reader != "an op":
+        said = "apply_gradients was called inside TF1 control flow (a tf.cond or while loop of the " \
+               "program's), whose " + said
+    assert scopes == [] and list(left.values()) == [said]
     assert graph_def.SerializeToString(deterministic=True) == before
 
 

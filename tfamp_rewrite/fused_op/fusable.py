@@ -137,8 +137,12 @@ def _read_from_outside(graph_def, removed: set, members: set) -> str:
         if node.name in members:
             continue
         for text in node.input:
+            if _node_name(text) in removed and node.op in ("Switch", "RefSwitch", "Merge", "Enter"):
+                return ("apply_gradients was called inside TF1 control flow (a tf.cond or while "
+                        "loop of the program's), whose '%s' reads the check's value '%s'"
+                        % (node.name, text))
             if _node_name(text) in removed:
-                return "%s reads %s" % (node.name, text)
+                return "'%s' reads the check's value '%s'" % (node.name, text)
     return ""
 
 

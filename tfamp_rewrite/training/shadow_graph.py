@@ -651,7 +651,8 @@ def _fuse_unscaling(graph_def) -> None:
     _, left = fuse_unscale_groups(graph_def)
     for scope, why in sorted(left.items()):
         log_once("tfamp_rewrite: the loss scaling's unscale and finite check in '%s' runs as "
-                 "stock TensorFlow ops, not the fused op: %s" % (scope, why))
+                 "stock TensorFlow ops, not the fused op (the same values, one kernel per "
+                 "gradient): %s" % (scope, why))
 
 
 def _belongs_to(element, graph) -> bool:
