@@ -749,3 +749,19 @@ def test_a_float64_variable_is_unscaled_in_float64_and_skipped_with_the_rest():
         for value, reference in zip(scaled.run(scaled_vars), plain.run(plain_vars)):
             assert value.dtype == reference.dtype
             np.testing.assert_array_equal(value, reference)    # unscaled exactly (a power of two)
+
+
+@pytest.mark.parametrize("how", ["minimize", "apply_gradients"])
+def test_a_loss_no_variable_reaches_raises_tensorflows_no_gradients_error(how):
+    """A py_func loss has no gradient: TensorFlow's optimizer says 'No gradients provided for
+    any variable'; the loss-scaled one raised its fused op's 'needs at least one gradient'."""
+    graph = tf.Graph()
+    with graph.as_default():
+        weight = tf1.Variable(1.0)
+        loss = tf1.py_func(lambda v: v * v, [weight.read_value()], tf.float32)
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        with pytest.raises(ValueError, match="No gradients provided for any variable"):
+            if how == "minimize":
+                opt.minimize(loss)
+            else:
+                opt.apply_gradients([(None, weight)])

@@ -483,6 +483,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             ))
         _warn_if_backprop_clips(graph.get_operations()[before:])
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
+        if all(g is None for g in grads):  # minimize raises TensorFlow's "No gradients provided"
+            return grads_and_vars
         unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite, None if callable(loss) else loss)
         return list(zip(unscaled, variables))
@@ -508,6 +510,9 @@ class LossScaleOptimizer(_tf.train.Optimizer):
             )
         grads_and_vars = tuple(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
+        if all(g is None for g in grads):  # TensorFlow's own "No gradients provided" ValueError
+            with delegation():
+                return self._inner("apply_gradients")(grads_and_vars, global_step, name)
         all_finite, loss = self._all_finite(grads)
         name = name or self.get_name()
         # The gradients were unscaled with the value this update replaces: read it first
