@@ -18,4 +18,6 @@ def test_a_constant_or_a_non_trainable_variable_factor_is_the_programs_scale():
         assert own_scale(loss * tf.constant(np.float32(0.5))) is None   # a mean, not a scale
         assert own_scale(loss * weight) is None                           # a trainable weight
         assert own_scale(loss + 1024.0) is None
+        objects = tf1.Variable(32768.0, trainable=False, name="loss_scale/current_loss_scale")
+        assert own_scale(loss * objects) is None                          # a loss-scale object's
         assert own_scale(loss) is None

@@ -5,7 +5,8 @@ static scale) or by a non-trainable variable their own code halved and doubled (
 scale written by hand), and divided the gradients by it.  ``own_scale(loss)`` names that
 factor: ``"1024"`` or ``"the variable 'loss_scale'"``, or None for a loss no such factor
 multiplies.  Casts, identities and variable reads between the product and its factor are
-looked through.
+looked through.  A loss-scale object's variable (``current_loss_scale``: this package's,
+TensorFlow's and Keras' loss-scale optimizers) is no program's own.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import tensorflow as tf
 
 _LOOKED_THROUGH = ("Cast", "Identity", "ReadVariableOp", "Snapshot")
 _VARIABLES = ("VariableV2", "Variable", "VarHandleOp")
+_LOSS_SCALE_OBJECTS = "current_loss_scale"  # the variable's name in every loss-scale object
 _FLOATING = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
@@ -32,7 +34,8 @@ def own_scale(loss) -> Optional[str]:
             value = tf.compat.v1.make_ndarray(source.get_attr("value"))
             if value.size == 1 and abs(float(value.reshape(()))) >= 2:
                 return "%g" % float(value.reshape(()))
-        elif source.type in _VARIABLES and _non_trainable_float(source):
+        elif source.type in _VARIABLES and _non_trainable_float(source) and \
+                not source.name.endswith(_LOSS_SCALE_OBJECTS):
             return "the variable %r" % source.name
     return None
 
