@@ -302,12 +302,14 @@ def test_an_automatically_scaled_optimizers_variables_include_the_loss_scale():
         assert (session.run(w) < 1.0).all()
 
 
-@pytest.mark.parametrize("built", ["before switching on", "after switching on", "with its own scale"])
+@pytest.mark.parametrize("built", ["before switching on", "after switching on", "with its own scale",
+                                   "with TensorFlow's fixed scale"])
 def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, built):
     """Loss scaling wraps tf.compat.v1.train optimizers; a graph updated by another (a Keras
     optimizer, or one built before loss scaling was switched on) is named once, with an
     update op, by the first run that updates.  One with a loss scale of its own (Keras'
-    LossScaleOptimizer) is not; runs that only read the graph (serving it) are not."""
+    LossScaleOptimizer, TensorFlow's with a FixedLossScale, which has no variable) is not;
+    runs that only read the graph (serving it) are not."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setattr(devices, "_logged", set())
@@ -317,7 +319,11 @@ def test_a_graph_trained_without_loss_scaling_is_said_once(monkeypatch, caplog, 
     with graph.as_default():
         w = tf1.get_variable("w", initializer=[1.0, 1.0])
         loss = tf.reduce_sum(w * w)
-        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        opt = tf1.train.GradientDescentOptimizer(0.1)
+        if built == "with TensorFlow's fixed scale":
+            opt = tf1.train.experimental.MixedPrecisionLossScaleOptimizer(
+                opt, tf1.train.experimental.FixedLossScale(256))
+        train = opt.minimize(loss)
         if built == "with its own scale":
             tf1.get_variable("keras/loss_scale", initializer=1.0)
         init = tf1.global_variables_initializer()

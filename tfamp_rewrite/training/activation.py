@@ -398,9 +398,9 @@ def _scaling_once(original):
         from .devices import log_once
 
         if _loss_scaling:
-            log_once("tfamp_rewrite: TensorFlow's MixedPrecisionLossScaleOptimizer (from "
-                     "tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite) scales "
-                     "the loss of the optimizer it wraps, so automatic loss scaling leaves that "
+            log_once("tfamp_rewrite: TensorFlow's MixedPrecisionLossScaleOptimizer (built by the "
+                     "program, or by tf.compat.v1.train.experimental.enable_mixed_precision_graph_"
+                     "rewrite) scales the loss of the optimizer it wraps, so automatic loss scaling leaves that "
                      "optimizer alone; its skipped steps are TensorFlow's, which the session does "
                      "not watch -- tfamp_rewrite.enable_mixed_precision_graph_rewrite(opt) wraps "
                      "with loss scaling it watches")

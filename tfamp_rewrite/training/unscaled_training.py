@@ -74,11 +74,20 @@ def unscaled_updates(graph, dtype: str) -> List:
         from_gradients = downstream_of(graph, [op for op in graph.get_operations()
                                                 if GRADIENT_SCOPE.search(op.name)])
         updates.extend(op for op in assigns if op in from_gradients)
-    if signals and updates:
+    if updates:  # by a loss-scaled step, or from a loss the program scales (a fixed scale's)
         scaled = downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph]
-                                + _loss_scale_variables(graph, signals))
+                                + _loss_scale_variables(graph, signals) + _backprops_of_scaled_losses(graph))
         updates = [op for op in updates if op not in scaled]
     return updates
+
+
+def _backprops_of_scaled_losses(graph) -> List:
+    """The gradient ops of the losses ``graph``'s ``tf.gradients`` calls differentiate that
+    the program scales itself (own_loss_scale.py; TensorFlow's loss-scale optimizer with a
+    fixed scale too): ``<scope>/<loss>_grad/...``."""
+    prefixes = tuple("%s/%s_grad/" % (scope, loss.name) for scope in _call_scopes(graph)
+                     for loss in _losses_of(graph, scope) if own_scale(loss))
+    return [op for op in graph.get_operations() if op.name.startswith(prefixes)] if prefixes else []
 
 
 def unguarded_writes(graph) -> Dict[str, str]:
