@@ -400,10 +400,10 @@ def _scaling_once(original):
         if _loss_scaling:
             log_once("tfamp_rewrite: TensorFlow's MixedPrecisionLossScaleOptimizer (built by the "
                      "program, or by tf.compat.v1.train.experimental.enable_mixed_precision_graph_"
-                     "rewrite) scales the loss of the optimizer it wraps, so automatic loss scaling leaves that "
-                     "optimizer alone; its skipped steps are TensorFlow's, which the session does "
-                     "not watch -- tfamp_rewrite.enable_mixed_precision_graph_rewrite(opt) wraps "
-                     "with loss scaling it watches")
+                     "rewrite) scales the loss of the optimizer it wraps, so automatic loss scaling "
+                     "leaves that optimizer alone; its skipped steps are TensorFlow's, which the "
+                     "session does not watch -- tfamp_rewrite.enable_mixed_precision_graph_rewrite"
+                     "(opt) wraps with loss scaling it watches")
         with loss_scale_optimizer.delegation():
             return original(self, *args, **kwargs)
 
