@@ -49,6 +49,7 @@ from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
 from .state_guard import guard_state_writes
 from .step_signals import in_loss_scaled_apply, step_signals
+from .unscaled_training import unguarded_writes
 from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
@@ -88,6 +89,7 @@ class ShadowGraph:
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
         self.excluded_by_name: list = []     # compiled patterns: nodes the user keeps float32
         self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
+        self.guarded_writes: Set[str] = set()   # user writes of loss-scaled gradients kept finite
         self._scope = ""                     # name scope of the current generation ("" first)
         self._generation = 0
         self._shared: Set[str] = set()       # state sources every generation shares
@@ -161,7 +163,13 @@ class ShadowGraph:
 
     def _guard_state(self, to_import, result) -> None:
         """Makes ``to_import``'s writes to non-trainable state computed through the nodes
-        ``result`` converts write finite values only (state_guard.py); said once."""
+        ``result`` converts write finite values only (state_guard.py), said once; and the
+        writes to trainable variables of values computed from loss-scaled gradients that do
+        not wait on the step's finite flag (unscaled_training.unguarded_writes: a sparse
+        update by hand), recorded in ``guarded_writes`` (the first run of one says so)."""
+        writes = unguarded_writes(self.user_graph)
+        if writes:
+            self.guarded_writes.update(guard_state_writes(to_import, set(writes.values()), only=writes))
         converted = {d.name for d in result.report.decisions if d.converted}
         guarded = guard_state_writes(to_import, *self._state_variables(), through=converted)
         if guarded:

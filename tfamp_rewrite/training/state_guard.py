@@ -92,16 +92,17 @@ _SCOPE = "/tfamp_finite_only/"
 
 
 def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[str] = (),
-                       through: Optional[Collection[str]] = None) -> List[str]:
+                       through: Optional[Collection[str]] = None,
+                       only: Optional[Collection[str]] = None) -> List[str]:
     """Makes, in place, each write of ``graph_def`` to one of ``variables`` (their node
-    names), other than those named in ``leave``, write finite entries only -- with
-    ``through`` (node names: the converted ones), only a write whose value is computed
-    through one of them; returns the writes' names."""
+    names), other than those named in ``leave`` (with ``only``, of those named there),
+    write finite entries only -- with ``through`` (node names: the converted ones), only a
+    write whose value is computed through one of them; returns the writes' names."""
     by_name = {node.name: node for node in graph_def.node}
     downstream = None if through is None else _computed_from(graph_def, through)
     guarded = []
     for node in list(graph_def.node):
-        if node.op not in _WRITES or node.name in leave:
+        if node.op not in _WRITES or node.name in leave or (only is not None and node.name not in only):
             continue
         if _variable_of(node.input[0], by_name) not in variables:
             continue

@@ -33,11 +33,13 @@ from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
 from .op_walks import ancestors, downstream_of, reachable
 from .own_loss_scale import own_scale
+from .state_guard import WRITE_OPS
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
-_ASSIGN_OPS = ("Assign", "AssignSub", "AssignAdd", "AssignVariableOp", "AssignSubVariableOp",
-               "AssignAddVariableOp")
+# Writes by hand: assignments, and the scatters a sparse (IndexedSlices) update makes
+# (word2vec's scatter_sub of an embedding's gradient rows), slice assignments too.
+_ASSIGN_OPS = WRITE_OPS
 # tf.gradients' default name scope, at the top or under another (Keras' optimizers take
 # theirs under "training/<Optimizer>/gradients/").
 GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
@@ -197,10 +199,13 @@ class UnscaledTrainingWatch:
         self._said = False
         self._said_unguarded = False
         self._said_backprop = False
+        self._guarded = frozenset()
 
-    def graph_changed(self, graph, dtype: str, converted=frozenset) -> None:
+    def graph_changed(self, graph, dtype: str, converted=frozenset, guarded=frozenset()) -> None:
         """``converted()``: the names of the nodes the session's rewrite converts (asked for
-        only when the graph changed: every run calls this)."""
+        only when the graph changed: every run calls this); ``guarded``: the writes of
+        ``unguarded_writes`` the session makes write finite entries only."""
+        self._guarded = guarded
         if graph.version == self._version:
             return
         self._version = graph.version
@@ -262,12 +267,18 @@ class UnscaledTrainingWatch:
             "reader float32 (TFAMP_REWRITE_NODES_TO_EXCLUDE) (said once)." % scope)
 
     def _say_unguarded(self, names: List[str]) -> None:
+        if names[0] in self._guarded:
+            what = ("so the session writes only its finite entries (an entry the inf/nan would "
+                    "reach keeps its value; the finite ones are written, skipped step or not), "
+                    "where the inf/nan would otherwise stay in the variable for good")
+        else:
+            what = ("and it writes them into the variable for good (the skip guards only "
+                    "apply_gradients)")
         log_once(
             "tfamp_rewrite: %r writes to trainable variable %r a value computed from loss-scaled "
             "gradients, without waiting on the step's finite flag: on a skipped step those "
-            "gradients are inf/nan, and it writes them into the variable for good (the skip "
-            "guards only apply_gradients)%s. Compute the value from finite gradients only, e.g. "
+            "gradients are inf/nan, %s%s. Compute the value from finite gradients only, e.g. "
             "g = tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)) (the step is skipped "
-            "anyway)." % (names[0], self._unguarded[names[0]],
+            "anyway)." % (names[0], self._unguarded[names[0]], what,
                           " -- and %d more such write(s)" % (len(names) - 1) if len(names) > 1 else ""))
 
