@@ -195,7 +195,8 @@ class InferenceWatch:
             which = "an assertion (%s)" % message[message.index("assertion failed"):].split("\n")[0][:80]
         if any(self.shadow.computes_in_half(op) for op in upstream):
             self._say("failed in %s, which %s nodes lie upstream of (a metric's range check fails "
-                      "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it")
+                      "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it",
+                      rounded=True)
 
     def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None
                        ) -> Optional[Tuple[Origin, List[str]]]:
@@ -284,16 +285,21 @@ class InferenceWatch:
             self._half_upstream[key] = any(self.shadow.computes_in_half(op) for op in ancestors([private]))
         return self._half_upstream[key]
 
-    def _say(self, what: str, said=None, then: str = "If float32 gives finite values there") -> None:
+    def _say(self, what: str, said=None, then: str = "If float32 gives finite values there",
+             rounded: bool = False) -> None:
         """Says a run's inf/nan (``what``), once, and starts the search for its origin
-        (``said``: the fetch or ``Hidden`` entry holding it, if known)."""
+        (``said``: the fetch or ``Hidden`` entry holding it, if known).  ``rounded``: a
+        failure finite values may explain too (an assertion's tolerance)."""
         self.said = True
         self.search.start(said)
-        log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed, or "
+        rounding = (" (or, with every value finite, rounded beyond the assertion's tolerance: "
+                    "%s keeps about 3 significant digits, so an assert_near of rtol 1e-5 fails on "
+                    "its rounding alone, which no node search finds)" % self.shadow.dtype) if rounded else ""
+        log_once("tfamp_rewrite: a run of the rewritten graph %s. %s, a %s value overflowed%s, or "
                  "a large constant became inf in %s (a -1e9 attention mask: 0 x inf is nan); "
                  "the next such runs look for the node (tfamp-rewrite doctor names it too), and "
                  "%s (said once)"
-                 % (what, then, self.shadow.dtype, self.shadow.dtype, self._then_keep("it")))
+                 % (what, then, self.shadow.dtype, rounding, self.shadow.dtype, self._then_keep("it")))
 
     def _then_keep(self, node: str) -> str:
         """What follows an origin search's find, for a notice's last clause."""
