@@ -193,3 +193,18 @@ def test_add_check_numerics_ops_leaves_the_skip_cond_out_and_training_runs(caplo
         assert 0 < session.run(parts["global_step"]) < 30
     (line,) = said(caplog, "tf.add_check_numerics_ops() leaves out")
     assert "of the loss scaling's skip cond (e.g. 'cond/" in line
+
+
+def test_a_partial_run_says_its_checks_are_not_evaluated_once(caplog):
+    """A partial run cannot fetch the checks' statuses: said once, in a sentence that agrees."""
+    parts = summed_loss_net(check_gradients=True)
+    with parts["graph"].as_default():
+        checked = [op.outputs[0] for op in parts["graph"].get_operations() if op.type == "CheckNumerics"]
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        for _ in range(2):
+            handle = session.partial_run_setup(checked, ["x:0", "y:0"])
+            session.partial_run(handle, checked, parts["feed"])
+    (line,) = said(caplog, "not evaluated in partial runs")
+    assert "and 1 more are not evaluated" in line and "their statuses cannot be fetched" in line

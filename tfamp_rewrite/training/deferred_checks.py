@@ -88,6 +88,11 @@ class DeferredChecks:
         """Says once that the deferred checks a partial run computes are not evaluated."""
         planned = self.fetches(elements, fed)
         if planned is not None:
-            log_once("tfamp_rewrite: check_numerics %s is not evaluated in partial runs of a "
-                     "rewriting session (its status cannot be fetched there)" % ", ".join(
-                         repr(n) for n in planned[0][:3]))
+            names = planned[0]
+            shown = ", ".join(repr(n) for n in names[:3])
+            if len(names) > 3:
+                shown += " and %d more" % (len(names) - 3)
+            one = len(names) == 1
+            log_once("tfamp_rewrite: check_numerics %s %s not evaluated in partial runs of a "
+                     "rewriting session (%s cannot be fetched there)"
+                     % (shown, "is" if one else "are", "its status" if one else "their statuses"))
