@@ -1488,6 +1488,32 @@ def test_a_nan_loss_hook_waits_on_an_evaluation_before_training_that_returned_na
                for r in caplog.records)
 
 
+def test_nothing_found_names_the_programs_own_half_nodes(caplog):
+    """A model the program casts to float16 itself overflows in its own half logits, in a
+    float32 run as much: the probes watch the rewrite's half nodes only, so nothing is
+    found, and the line blamed loops, conds and float32 nodes.  It names the program's."""
+    rng = np.random.RandomState(13)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(rng.randint(0, 256, (64, 64)).astype(np.float32))
+        labels = tf.constant(rng.randint(0, 10, 64))
+        w1 = tf1.get_variable("w1", initializer=rng.standard_normal([64, 256]).astype(np.float32))
+        w2 = tf1.get_variable("w2", initializer=4 * rng.standard_normal([256, 10]).astype(np.float32))
+        hidden = tf.nn.relu(tf.matmul(tf.cast(x, tf.float16), tf.cast(w1, tf.float16), name="fc1"))
+        logits = tf.cast(tf.matmul(hidden, tf.cast(w2, tf.float16), name="fc2"), tf.float32)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(24):
+                session.run(train_op)
+    (line,) = [r.getMessage() for r in caplog.records if "no half tensor the step computes" in r.getMessage()]
+    assert "node(s) the program itself computes in half (e.g. 'fc1'; its own casts)" in line
+
+
 def inf_loss_training():
     """exp of a pre-activation of 400 (the default input): inf in float32 too, so every
     loss-scaled step skips, the scale reaches its floor and the session can do nothing

@@ -720,8 +720,19 @@ class StepWatch:
         _logger.warning(
             "tfamp_rewrite: %s (loss scale %s) and no half tensor the step computes holds "
             "inf/nan or values beyond %s: the culprit may sit inside a while loop or cond, which "
-            "cannot be probed, or be float32 already%s; run tfamp-rewrite doctor on the program"
-            % (skipped, guard.episode.trajectory(), self.shadow.dtype, horovod))
+            "cannot be probed, or be float32 already%s%s; run tfamp-rewrite doctor on the program"
+            % (skipped, guard.episode.trajectory(), self.shadow.dtype, self._programs_own_half(), horovod))
+
+    def _programs_own_half(self) -> str:
+        """A clause naming the nodes the program itself computes in half (its own casts: a
+        float16 model written by hand), which the probes leave alone, or ''."""
+        own = [op.name for op in self.shadow.user_graph.get_operations()
+               if op.type not in ("Cast", "Const", "Placeholder") and not op.type.startswith("Variable")
+               and any(t.dtype.name in ("float16", "bfloat16") for t in op.outputs)]
+        if not own:
+            return ""
+        return (", or be one of the %d node(s) the program itself computes in half (e.g. %r; its "
+                "own casts), which are not probed and overflow in a float32 run too" % (len(own), own[0]))
 
     def _forget_heals(self) -> str:
         """Forgets this session's heals for later sessions of the process (heal_memory.py),
