@@ -575,8 +575,8 @@ class StepWatch:
         self._write_heal_file()
         with_twins = (", with %s, the same layer%s elsewhere (under another scope: a target "
                       "network, a tower, a function called again; or the same weights applied to "
-                      "other values: SSIM's other filters)" % (_some(twins, 4), "s" if len(twins) > 1 else "")
-                      if twins else "")
+                      "other values: SSIM's other filters; and the weights they read)"
+                      % (_some(twins, 4), "s" if len(twins) > 1 else "") if twins else "")
         users = [n for n in culprits if not added_by_the_plugin(n)] or culprits
         _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) still %s)%s%s" % (
                             _some(users), with_twins, report.nodes_converted, self.shadow.dtype, then,

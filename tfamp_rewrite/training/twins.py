@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Set
 
-from .op_walks import computed_only_from
+from .op_walks import computed_only_from, reachable
 from .unscaled_training import GRADIENT_SCOPE
 from .variable_check import VARIABLE_OPS
 
@@ -59,8 +59,32 @@ def twin_nodes(graph, nodes: List[str], converted) -> List[str]:
                     twins.append(other.name)
             elif "/" in tail and _same_network_layer(op, head, other, other_head):
                 twins.append(other.name)
-    return twins + [name for name in weight_siblings(graph, list(nodes) + twins, converted)
-                    if name not in twins]
+    siblings = [name for name in weight_siblings(graph, list(nodes) + twins, converted) if name not in twins]
+    kept = list(nodes) + twins + siblings
+    return twins + siblings + [name for name in weight_producers(graph, kept, converted) if name not in kept]
+
+
+def weight_producers(graph, nodes: List[str], converted) -> List[str]:
+    """The converted nodes of ``graph`` that compute the weights ``nodes`` read (from
+    constants, variables and shapes alone: ``tf.image.ssim``'s Gaussian filter tiled to the
+    channels): kept float32 with them, a float32 node reads its weights at full precision,
+    not rounded to half by a producer whose other readers stay half (the backward pass's
+    filters)."""
+    producers: List[str] = []
+    for name in nodes:
+        try:
+            op = graph.get_operation_by_name(name)
+        except KeyError:
+            continue
+        for tensor in op.inputs:
+            if not _weights_only(tensor):
+                continue
+            upstream = reachable([tensor.op], lambda each: [] if each.type in _STRUCTURE
+                                 or each.type in VARIABLE_OPS else [t.op for t in each.inputs])
+            producers += sorted(each.name for each in upstream if each.name in converted
+                                and _computes_weights(each)
+                                and each.name not in nodes and each.name not in producers)
+    return producers
 
 
 def weight_siblings(graph, nodes: List[str], converted) -> List[str]:
@@ -88,6 +112,13 @@ def weight_siblings(graph, nodes: List[str], converted) -> List[str]:
                         and _weights_key(reader.inputs[index]) == weights):
                     siblings.append(reader.name)
     return siblings
+
+
+def _computes_weights(op) -> bool:
+    """Whether ``op`` computes floating values of its own: not a variable or its read, not a
+    shape or a constant (which keep their dtype: a cast follows them)."""
+    return (op.type not in _STRUCTURE and op.type not in VARIABLE_OPS and not _reads_a_variable(op)
+            and any(t.dtype.is_floating for t in op.outputs))
 
 
 def _weights_key(tensor):
