@@ -486,12 +486,14 @@ def test_deactivate_restores_tensorflow_exactly():
     assert not activation.graph_rewrite_enabled() and not activation.loss_scaling_enabled()
 
 
-@pytest.mark.parametrize("use", ["adversarial_example", "scaled_by_the_user", "training_step"])
+@pytest.mark.parametrize("use", ["adversarial_example", "counted_by_a_metric", "kept_in_a_variable",
+                                 "scaled_by_the_user", "training_step"])
 def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, use):
     """FGSM: tf.gradients(loss, x) in float16 with no loss scale loses its small entries; the
-    first run computing it says so.  Not when the user followed the advice (the loss times
-    1024), nor for the same model's loss-scaled training step, whose gradients an
-    optimizer applies."""
+    first run computing it says so -- also where a metric counts the attack's hits or a
+    non-trainable variable keeps the perturbation, which update no model (their writes hid
+    it).  Not when the user followed the advice (the loss times 1024), nor for the same
+    model's loss-scaled training step, whose gradients an optimizer applies."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
@@ -508,9 +510,17 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
             scale = 1024.0 if use == "scaled_by_the_user" else 1.0  # the warning's advice
             (gradient,) = tf1.gradients(loss * scale if scale != 1.0 else loss, [x])
             fetch = tf.stop_gradient(x + 0.1 * tf.sign(gradient))
+        elif use == "counted_by_a_metric":
+            (gradient,) = tf1.gradients(loss, [x])
+            adversarial = tf.matmul(x + 0.1 * tf.sign(gradient), w)
+            _, fetch = tf1.metrics.accuracy(y, tf.argmax(adversarial, 1))
+        elif use == "kept_in_a_variable":
+            (gradient,) = tf1.gradients(loss, [x])
+            delta = tf1.get_variable("delta", [8, 16], trainable=False, initializer=tf1.zeros_initializer())
+            fetch = tf1.assign(delta, 0.1 * tf.sign(gradient))
         else:
             fetch = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)
-        init = tf1.global_variables_initializer()
+        init = [tf1.global_variables_initializer(), tf1.local_variables_initializer()]
     feed = {x: rng.standard_normal([8, 16]).astype(np.float32), y: np.zeros(8, np.int32)}
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
         with tfamp_rewrite.Session(graph=graph) as session:
@@ -520,6 +530,6 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
             for _ in range(2):
                 session.run(fetch, feed)
     said = [r.getMessage() for r in caplog.records if "uses them as values" in r.getMessage()]
-    assert len(said) == (1 if use == "adversarial_example" else 0), said
+    assert len(said) == (0 if use in ("scaled_by_the_user", "training_step") else 1), said
     # and it tells a flushed gradient from one a perturbation below half's resolution zeroes
     assert all("VAT's x + 1e-6 * d" in line for line in said)

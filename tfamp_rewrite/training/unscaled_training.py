@@ -173,13 +173,33 @@ def _losses_of(graph, scope: str) -> List:
 
 
 def _reaches_an_update(ops) -> bool:
-    """Whether the values of ``ops`` flow into an optimizer's update, an assignment, or a
-    loss-scaled optimizer's finite check, other than past a ``stop_gradient``."""
+    """Whether the values of ``ops`` flow into an optimizer's update, an assignment to a
+    trainable variable, or a loss-scaled optimizer's finite check, other than past a
+    ``stop_gradient``.  A metric's counts (``tf.metrics.accuracy`` of an FGSM attack) and an
+    attack's perturbation kept in a non-trainable variable update no model."""
     def readers(op):
         return [] if op.type in _GRADIENT_STOPS else [c for t in op.outputs for c in t.consumers()]
 
-    return any(_UPDATE_OP.match(op.type) or op.type in _ASSIGN_OPS or _FINITE_CHECK in op.name
-               for op in reachable(ops, readers))
+    reached = reachable(ops, readers)
+    trainable = None
+    for op in reached:
+        if _UPDATE_OP.match(op.type) or _FINITE_CHECK in op.name:
+            return True
+        if op.type in _ASSIGN_OPS and op.inputs:
+            if trainable is None:
+                trainable = {v.op.name for v in op.graph.get_collection("trainable_variables")}
+            if _variable_op(op.inputs[0]).name in trainable:
+                return True
+    return False
+
+
+def _variable_op(handle):
+    """The variable op a write's first input (a ref or a handle) comes from, past identities
+    and TF1 control flow's switches and enters."""
+    op = handle.op
+    while op.type in ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter") and op.inputs:
+        op = op.inputs[0].op
+    return op
 
 
 def _loss_scale_variables(graph, signals) -> List:
