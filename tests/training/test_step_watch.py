@@ -1064,6 +1064,16 @@ def test_nodes_to_exclude_given_to_a_session_and_a_bad_pattern(monkeypatch):
         tfamp_rewrite.Session(graph=parts["graph"])
 
 
+def test_a_pattern_that_matches_no_node_is_said_even_alone(caplog):
+    """'^nope$' beside a pattern that matched was named; alone, it kept nothing, unsaid."""
+    parts = overflow_net()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"], nodes_to_exclude=["^nope$"]) as session:
+            session.run(parts["init"])
+    (line,) = [r.getMessage() for r in caplog.records if "matches no node" in r.getMessage()]
+    assert "'^nope$' matches no node of the session graph (yet)" in line and "e.g. '" in line
+
+
 def test_a_session_keeping_nothing_float32_writes_nothing_beside_its_checkpoints(tmp_path, caplog):
     parts = overflow_net(input_scale=1.0)
     with parts["graph"].as_default():

@@ -283,6 +283,11 @@ class ShadowGraph:
         user's patterns (``excluded_by_name``; the first time some match, said once)."""
         known = {node.name for node in graph_def.node}
         named = {name for name in known if any(p.match(name) for p in self.excluded_by_name)}
+        if self.excluded_by_name and not named:
+            log_once("tfamp_rewrite: %s: %s match%s no node of the session graph (yet), so it "
+                     "keeps none float32; node names are the graph's, e.g. %r"
+                     % (NODES_TO_EXCLUDE_ENV, ", ".join(repr(p.pattern) for p in self.excluded_by_name),
+                        "es" if len(self.excluded_by_name) == 1 else "", _an_example(graph_def)))
         if named:
             log_once("tfamp_rewrite: %s keeps %d node(s) of the session graph float32 by name "
                      "(e.g. %r)%s" % (NODES_TO_EXCLUDE_ENV, len(named), min(named), "".join(
@@ -661,6 +666,14 @@ def _fuse_unscaling(graph_def) -> None:
         log_once("tfamp_rewrite: the loss scaling's unscale and finite check in '%s' runs as "
                  "stock TensorFlow ops, not the fused op (the same values, one kernel per "
                  "gradient): %s" % (scope, why))
+
+
+def _an_example(graph_def) -> str:
+    """A node name of ``graph_def`` to show what names look like: a MatMul's or Conv's, if any."""
+    for node in graph_def.node:
+        if node.op in ("MatMul", "Conv2D", "BatchMatMulV2", "Conv2DBackpropInput"):
+            return node.name
+    return graph_def.node[-1].name if graph_def.node else ""
 
 
 def _belongs_to(element, graph) -> bool:
