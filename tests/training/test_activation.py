@@ -533,3 +533,5 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
     assert len(said) == (0 if use in ("scaled_by_the_user", "training_step") else 1), said
     # and it tells a flushed gradient from one a perturbation below half's resolution zeroes
     assert all("VAT's x + 1e-6 * d" in line for line in said)
+    # the setting that keeps the call float32 comes first, with the call's own scope
+    assert all("TFAMP_REWRITE_NODES_TO_EXCLUDE='^gradients/' (the forward pass" in line for line in said)

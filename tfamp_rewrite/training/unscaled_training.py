@@ -277,14 +277,17 @@ class UnscaledTrainingWatch:
             "tfamp_rewrite: this run computes tf.gradients of a loss no loss scale multiplies "
             "(%r) in float16, and uses them as values, not as an optimizer's update: gradient "
             "entries below 6e-8 flush to zero there (an input gradient for FGSM or a saliency "
-            "map loses its small entries). Multiply the loss by a constant before tf.gradients "
-            "(1024, or less where the gradients times it would pass 65504), and divide the "
-            "results by it in numpy, or not at all where only their direction counts (FGSM's "
-            "sign, a normalised map): divided in float16, the smallest entries flush again. "
+            "map loses its small entries). Keep that call float32 with "
+            "TFAMP_REWRITE_NODES_TO_EXCLUDE='^%s/' (the forward pass stays half), or multiply "
+            "the loss by a constant before tf.gradients (1024, or less where the gradients "
+            "times it would pass 65504; per-example gradients of a batch mean span more than "
+            "any constant brings into range), and divide the results by it in numpy, or not at "
+            "all where only their direction counts (FGSM's sign, a normalised map): divided in "
+            "float16, the smallest entries flush again. "
             "Gradients that stay zero at any constant come from rounding, not flushing: a "
             "perturbation of the input below float16's resolution (VAT's x + 1e-6 * d) rounds "
             "away where a half node reads the sum, and no loss scale brings it back -- keep that "
-            "reader float32 (TFAMP_REWRITE_NODES_TO_EXCLUDE) (said once)." % scope)
+            "reader float32 (TFAMP_REWRITE_NODES_TO_EXCLUDE) (said once)." % (scope, scope))
 
     def _say_unguarded(self, names: List[str]) -> None:
         if names[0] in self._guarded:
