@@ -57,12 +57,44 @@ def test_a_weighted_average_a_half_matmul_computes_is_said_with_its_fix(monkeypa
     (line,) = said
     assert re.search(r"'(Assign|AssignVariableOp)' stores in float32 variable 'server' a value "
                      r"float16 computes \('Tensordot/MatMul', MatMul, converted\)", line)
-    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^Tensordot/MatMul$'" in line
-    monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, "^Tensordot/MatMul$")   # the fix it gives
+    # the MatMul that rounds, and the Reshape passing its value on (it would round it again)
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^Tensordot$,^Tensordot/MatMul$'" in line
+    monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, "^Tensordot$,^Tensordot/MatMul$")   # the fix it gives
     monkeypatch.setattr(devices, "_logged", set())
     caplog.clear()
     error, said = aggregated("tensordot", caplog)
     assert error < 1e-6 and said == []
+
+
+def test_a_running_maximum_is_traced_past_the_nodes_passing_it_to_the_one_that_rounds(monkeypatch, caplog):
+    """Post-training calibration: amax = maximum(amax, reduce_max(relu(x @ w))).  The line
+    named 'Maximum', which only passes on a value the half MatMul rounded: with it kept
+    float32 the variable still stored float16's 21.0 for float32's 21.0059.  It names the
+    whole path, and with that setting the variable stores float32's value."""
+    rng = np.random.RandomState(0)
+    inputs = rng.standard_normal([64, 32]).astype(np.float32)
+    weights = rng.standard_normal([32, 16]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [64, 32])
+        activation = tf.nn.relu(tf.matmul(x, tf.constant(weights)), name="act")
+        amax = tf1.get_variable("amax", initializer=0.0, trainable=False)
+        calibrate = tf1.assign(amax, tf.maximum(amax, tf.reduce_max(activation)), name="calibrate")
+        init = tf1.global_variables_initializer()
+    expected = np.float32(np.maximum(inputs @ weights, 0).max())
+
+    def calibrated():
+        with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+            with tfamp_rewrite.Session(graph=graph) as session:
+                session.run(init)
+                return session.run(calibrate, {x: inputs})
+
+    assert calibrated() != pytest.approx(expected, rel=1e-6)   # float16's value
+    (line,) = [r.getMessage() for r in caplog.records if "stores in float32 variable 'amax'" in r.getMessage()]
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1)
+    assert set(setting.split(",")) == {"^Maximum$", "^Max$", "^act$", "^MatMul$"}
+    monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, setting)
+    assert calibrated() == pytest.approx(expected, rel=1e-6)
 
 
 def test_an_average_float32_computes_is_not_said(caplog):

@@ -9,11 +9,16 @@ a half gradient loses every step smaller than that.  TensorFlow's own pass conve
 nodes alike and says nothing; ``half_written_variables`` finds them, and the session says
 the first (``say_half_writes``).  Increments (``assign_add``, an optimizer's ``Apply*``)
 are left out: a rounded step changes the variable by a rounded step, not its stored value.
+
+The node to keep float32 is the one that rounds: past converted nodes that only pass values
+on (a running maximum's ``Maximum`` and ``Max`` over a ``Relu`` of a half ``MatMul``), to
+the nodes computing new ones; every converted node on the way is kept with them, as each
+would round the float32 value to half again.
 """
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, List, NamedTuple
+from typing import Callable, Iterable, List, NamedTuple, Tuple
 
 from ..graph_rewrite.graph_view import parse_input
 from .devices import log_once, nodes_to_exclude_setting
@@ -22,18 +27,24 @@ _STORES = {"Assign": 1, "AssignVariableOp": 1}  # op -> the input it stores
 STORE_OPS = frozenset(_STORES)
 _DTYPE_ATTR = {"Assign": "T", "AssignVariableOp": "dtype"}
 _DT_FLOAT = 1  # types_pb2.DT_FLOAT
-# ops that pass a value on unchanged: the write names the node computing it
-_PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims"})
+# ops whose outputs are among their inputs' values (they round nothing of their own): the
+# write names the node computing the value, past them
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Transpose", "Relu", "Relu6",
+                           "Maximum", "Minimum", "Max", "Min", "ClipByValue", "Abs", "Neg", "Select",
+                           "SelectV2", "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Tile"})
 
 
 class HalfWrite(NamedTuple):
     """An assignment (user graph names) storing a value the converted node ``computed_by``
-    computes (``op`` its type) in the variable it writes."""
+    computes (``op`` its type) in the variable it writes; ``keep``: the converted nodes to
+    keep float32 for it to store float32's value (``computed_by``, the others computing it,
+    and those passing it on)."""
 
     assignment: str
     variable: str
     computed_by: str
     op: str
+    keep: Tuple[str, ...] = ()
 
 
 def half_written_variables(nodes: Iterable, node_by_name: Callable,
@@ -48,13 +59,29 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
             continue
         if node.attr[_DTYPE_ATTR[node.op]].type != _DT_FLOAT:
             continue  # only a float32 variable loses bits this way
-        producer = node_by_name(parse_input(node.input[index])[0])
-        while (producer is not None and producer.op in _PASS_THROUGH and converted(producer.name)
-               and producer.input):
-            producer = node_by_name(parse_input(producer.input[0])[0])
-        if producer is not None and converted(producer.name):
-            found.append(HalfWrite(node.name, parse_input(node.input[0])[0], producer.name, producer.op))
+        keep, computing = _rounding_upstream(parse_input(node.input[index])[0], node_by_name, converted)
+        if computing:
+            found.append(HalfWrite(node.name, parse_input(node.input[0])[0], computing[0].name,
+                                   computing[0].op, tuple(keep)))
     return found
+
+
+def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
+    """``(keep, computing)`` for the value node ``name`` computes: the converted nodes up from
+    it through those passing values on (``_PASS_THROUGH``), all of them, in walk order; and
+    the NodeDefs of those among them that compute new values (which round to half)."""
+    keep, computing, stack, seen = [], [], [name], set()
+    while stack:
+        node = node_by_name(stack.pop(0))
+        if node is None or node.name in seen or not converted(node.name):
+            continue
+        seen.add(node.name)
+        keep.append(node.name)
+        if node.op in _PASS_THROUGH:
+            stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
+        else:
+            computing.append(node)
+    return keep, computing
 
 
 def say_half_writes(writes: List[HalfWrite], dtype: str) -> None:
@@ -63,10 +90,15 @@ def say_half_writes(writes: List[HalfWrite], dtype: str) -> None:
         return
     first, others = writes[0], len(writes) - 1
     more = " (and %d more assignment%s)" % (others, "s" if others > 1 else "") if others else ""
-    fix = nodes_to_exclude_setting(["^%s$" % re.escape(first.computed_by)])
+    keep = []
+    for write in writes:
+        keep += [name for name in write.keep or (write.computed_by,) if name not in keep]
+    fix = nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in keep])
     log_once("tfamp_rewrite: %r stores in float32 variable %r a value %s computes (%r, %s, "
              "converted)%s: the variable holds %s's precision after each such write (a part in "
-             "%d: a weighted average of weights, an update w - lr * g whose smaller steps round "
-             "away). Keep it float32 with %s (said once)" % (
+             "%d: a weighted average of weights, a running maximum, an update w - lr * g whose "
+             "smaller steps round away). Keep %s float32 with %s (said once)" % (
                  first.assignment, first.variable, dtype, first.computed_by, first.op, more, dtype,
-                 2048 if dtype == "float16" else 256, fix))
+                 2048 if dtype == "float16" else 256,
+                 "it" if len(keep) == 1 else "the %d nodes computing and passing on such values" % len(keep),
+                 fix))
