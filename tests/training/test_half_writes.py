@@ -90,7 +90,8 @@ def test_a_running_maximum_is_traced_past_the_nodes_passing_it_to_the_one_that_r
                 return session.run(calibrate, {x: inputs})
 
     assert calibrated() != pytest.approx(expected, rel=1e-6)   # float16's value
-    (line,) = [r.getMessage() for r in caplog.records if "stores in float32 variable 'amax'" in r.getMessage()]
+    (line,) = [r.getMessage() for r in caplog.records
+               if "stores in float32 variable 'amax'" in r.getMessage()]
     setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1)
     assert set(setting.split(",")) == {"^Maximum$", "^Max$", "^act$", "^MatMul$"}
     monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, setting)
