@@ -535,3 +535,33 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
     assert all("VAT's x + 1e-6 * d" in line for line in said)
     # the setting that keeps the call float32 comes first, with the call's own scope
     assert all("TFAMP_REWRITE_NODES_TO_EXCLUDE='^gradients/' (the forward pass" in line for line in said)
+
+
+def test_a_saliency_map_of_an_imported_training_graph_is_said(monkeypatch, caplog):
+    """tf.gradients after import_meta_graph of a training graph reuses its 'gradients' scope
+    (seeds 'grad_ys_0_1'), so the saliency map's backprop was taken for the training one,
+    which reaches Adam's updates, and its flushed entries were unsaid."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    rng = np.random.RandomState(0)
+    trained = tf.Graph()
+    with trained.as_default():
+        x = tf1.placeholder(tf.float32, [None, 16], name="x")
+        logits = tf1.layers.dense(tf1.layers.dense(x, 32, tf.nn.relu, name="h"), 4, name="logits")
+        labels = tf1.placeholder(tf.int64, [None], name="labels")
+        tf1.train.AdamOptimizer(1e-2).minimize(tf1.losses.sparse_softmax_cross_entropy(labels, logits))
+        exported = tf1.train.export_meta_graph()
+    explained = tf.Graph()
+    with explained.as_default():
+        tf1.train.import_meta_graph(exported)
+        x = explained.get_tensor_by_name("x:0")
+        probability = tf.reduce_max(tf.nn.softmax(explained.get_tensor_by_name("logits/BiasAdd:0")), 1)
+        (saliency,) = tf1.gradients(probability, x)
+        init = tf1.global_variables_initializer()
+    assert "_1" in [op.name for op in explained.get_operations() if "grad_ys_" in op.name][-1]
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=explained) as session:
+            session.run(init)
+            session.run(saliency, {x: rng.standard_normal([8, 16]).astype(np.float32)})
+    assert len([r for r in caplog.records if "uses them as values" in r.getMessage()]) == 1

@@ -44,7 +44,9 @@ _ASSIGN_OPS = WRITE_OPS
 # theirs under "training/<Optimizer>/gradients/").
 GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
 _VARIABLE_OPS = ("VariableV2", "VarHandleOp")
-_GRADIENT_SEED = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+$")  # tf.gradients' seed of ones
+# tf.gradients' seed of ones; "grad_ys_0_1" where a call reused a scope an imported graph
+# already holds (import_meta_graph), its ops uniquified alike ("MatMul_grad_1/MatMul")
+_GRADIENT_SEED = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+(?P<again>_\d+)?$")
 _GRADIENT_STOPS = ("StopGradient", "PreventGradient")
 _FINITE_CHECK = "unscale_and_check_finite"  # a loss-scaled optimizer's check of what it applies
 
@@ -121,10 +123,29 @@ def unscaled_backprops(graph, converted) -> Dict[str, str]:
     calls = unscaled_gradient_calls(graph, _loss_scale_variables(graph, step_signals(graph)))
     result = {}
     for scope, ops in calls.items():
-        if (any(op.name in converted for op in ops) and not _reaches_an_update(ops)
-                and not any(own_scale(loss) for loss in _losses_of(graph, scope))):
-            result.update((op.name, scope) for op in ops)
+        if any(own_scale(loss) for loss in _losses_of(graph, scope)):
+            continue
+        for call in _each_call(ops):
+            if any(op.name in converted for op in call) and not _reaches_an_update(call):
+                result.update((op.name, scope) for op in call)
     return result
+
+
+def _each_call(ops) -> List[List]:
+    """The ops of a scope's ``tf.gradients`` calls, one list per call: ``ops`` whole, or where
+    a second call reused the scope (seeds "grad_ys_0" and "grad_ys_0_1": a saliency map's
+    call after ``import_meta_graph`` of a training graph), the ops computed from each
+    call's seeds -- the training call's reach an update, the saliency map's do not."""
+    calls: Dict[str, List] = {}
+    for op in ops:
+        seed = _GRADIENT_SEED.search(op.name)
+        if seed:
+            calls.setdefault(seed.group("again") or "", []).append(op)
+    if len(calls) < 2:
+        return [ops]
+    inside = set(ops)
+    return [sorted(reachable(seeds, lambda op: [c for t in op.outputs for c in t.consumers() if c in inside]),
+                   key=lambda op: op.name) for seeds in calls.values()]
 
 
 def from_a_loss_the_program_scales(tensors) -> bool:
