@@ -33,7 +33,7 @@ from tensorflow.core.framework import types_pb2
 
 from ..graph_rewrite.graph_view import parse_input
 from .node_defs import flattened, node_def
-from .state_guard import WRITE_OPS, keeping_write
+from .state_guard import WRITE_OPS, keeping_write, write_selected
 
 _CHECK_OP = "CheckNumerics"
 _SCOPE = "/tfamp_check/"
@@ -96,12 +96,7 @@ def hold_checked_writes(graph_def, deferred: Collection[str], deferrable: Callab
         added.append(node_def(scope + "every", "Pack", passed, ints={"N": len(passed)}, T=types_pb2.DT_BOOL))
         added.append(node_def(scope + "passed", "All", [scope + "every", checks[0] + _SCOPE + "zero"],
                               Tidx=types_pb2.DT_INT32))
-        added.append(node_def(scope + "checked_only", "Select",
-                              [scope + "passed", node.input[slot], scope + "unchanged"], T=dtype))
-        for each in added:
-            each.device = node.device
-        graph_def.node.extend(added)
-        node.input[slot] = scope + "checked_only"
+        write_selected(graph_def, node, (slot, dtype, added), scope, scope + "passed", "checked_only")
         held.append(node.name)
     return held
 

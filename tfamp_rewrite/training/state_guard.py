@@ -115,14 +115,22 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
         if downstream is not None and parse_input(value)[0] not in downstream:
             continue
         added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype)] + unchanged
-        added.append(node_def(scope + "finite_only", "Select",
-                              [scope + "is_finite", value, scope + "unchanged"], T=dtype))
-        for each in added:
-            each.device = node.device
-        graph_def.node.extend(added)
-        node.input[slot] = scope + "finite_only"
+        write_selected(graph_def, node, (slot, dtype, added), scope, scope + "is_finite", "finite_only")
         guarded.append(node.name)
     return guarded
+
+
+def write_selected(graph_def, write, keeping, scope: str, condition: str, name: str) -> None:
+    """Makes, in place, ``write`` store ``Select(condition, its value, what it keeps)``, a
+    node ``scope + name``: ``keeping`` is ``keeping_write``'s ``(slot, dtype, nodes)``, its
+    nodes extended with those computing ``condition``; all are added on the write's device."""
+    slot, dtype, added = keeping
+    added = added + [node_def(scope + name, "Select", [condition, write.input[slot], scope + "unchanged"],
+                              T=dtype)]
+    for each in added:
+        each.device = write.device
+    graph_def.node.extend(added)
+    write.input[slot] = scope + name
 
 
 def _unchanged(write, scope: str, what: str, dtype: int, value: str) -> List:
