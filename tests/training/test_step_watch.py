@@ -1562,6 +1562,33 @@ def test_nothing_found_names_the_programs_own_half_nodes(caplog):
     assert "node(s) the program itself computes in half (e.g. 'fc1'; its own casts)" in line
 
 
+def test_a_constant_holding_inf_is_named_not_the_half_node_reading_it(caplog):
+    """A style target's Gram matrix computed by an earlier (half) run overflowed and was baked
+    into the training graph as a constant: the half Sub reading it was healed as the cause,
+    then a float32 division was said to make the inf, 'mixed precision did not cause it'.
+    The constant is named, as a fed inf is, and nothing is healed."""
+    target = np.full([8, 8], 2.0e4, np.float32)
+    target[0, 0] = np.inf
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.random.RandomState(0).standard_normal([64, 8]).astype(np.float32))
+        w = tf1.get_variable("w", initializer=np.eye(8, dtype=np.float32))
+        features = tf.matmul(x, w)
+        gram = tf.matmul(features, features, transpose_a=True) / 64.0
+        loss = tf.nn.l2_loss(gram - tf.constant(target, name="style_target")) / 64.0
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(6):
+                session.run(train_op)
+            assert session.heals == []
+    (line,) = [r.getMessage() for r in caplog.records if "training steps are being skipped" in r.getMessage()]
+    assert "because the run reads a constant holding inf/nan: 'style_target:0' holds inf/nan" in line
+
+
 def inf_loss_training():
     """exp of a pre-activation of 400 (the default input): inf in float32 too, so every
     loss-scaled step skips, the scale reaches its floor and the session can do nothing

@@ -197,6 +197,7 @@ class StepWatch:
         self._probing_since: Optional[Tuple[float, int]] = None  # a first probed run: (start, probes)
         self._skipped_for_good = 0    # runs in a row whose every step skipped for good
         self._said_frozen = False     # training frozen: said once
+        self._constants_seen: Optional[Tuple[int, List[str]]] = None  # (version, inf/nan constants)
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -423,6 +424,7 @@ class StepWatch:
                 continue
             # a fed inf/nan is no culprit's doing, and what reads it is its victim
             fed = [self.shadow.user_name(name) for name in _nonfinite_feeds(feeds)]
+            fed += self._nonfinite_constants()
             finding = self._diagnosis_now().find(ids, counts, extrema, float(scale), guard.at_floor,
                                                  nonfinite_inputs=fed)
             if state and (finding is None or all(c.presumed for c in finding.culprits)):
@@ -690,15 +692,34 @@ class StepWatch:
         if self._said_feeds:
             return
         self._said_feeds = True
+        constants = [n for n in names if n in self._nonfinite_constants()]
+        how = ("was fed inf/nan" if not constants else "reads a constant holding inf/nan"
+               if len(constants) == len(names) else "was fed, or reads a constant holding, inf/nan")
         _logger.warning(
-            "tfamp_rewrite: training steps are being skipped (loss scale %s) because the run was "
-            "fed inf/nan: %s holds inf/nan, so the step's loss is not finite in float32 either "
+            "tfamp_rewrite: training steps are being skipped (loss scale %s) because the run %s: "
+            "%s holds inf/nan, so the step's loss is not finite in float32 either "
             "and no loss scale or float32 node can undo it: nothing is healed. Look at where the "
-            "fed value came from; one an earlier run returned (a target network's Q values, a "
-            "model's own predictions) may have overflowed in float16 there, in a run that "
-            "computes no loss-scaled step and is never healed: keep that run's overflowing node "
-            "float32 (tfamp-rewrite doctor names it)" % (
-                guard.episode.trajectory(), ", ".join(repr(n) for n in names[:3])))
+            "value came from; one an earlier run returned (a target network's Q values, a "
+            "model's own predictions, a style target's Gram matrix baked in as a constant) may "
+            "have overflowed in float16 there, in a run that computes no loss-scaled step and is "
+            "never healed: keep that run's overflowing node float32 (tfamp-rewrite doctor names "
+            "it)" % (guard.episode.trajectory(), how, ", ".join(repr(n) for n in names[:3])))
+
+    def _nonfinite_constants(self) -> List[str]:
+        """The floating constants of the user graph holding inf or nan (``"Const:0"``), looked
+        at once per graph version: a value an earlier run returned, baked into the graph."""
+        graph = self.shadow.user_graph
+        if self._constants_seen is None or self._constants_seen[0] != graph.version:
+            import tensorflow as tf
+
+            found = []
+            for op in graph.get_operations():
+                if op.type == "Const" and op.outputs[0].dtype.is_floating:
+                    value = tf.make_ndarray(op.get_attr("value"))
+                    if not np.isfinite(value).all():
+                        found.append(op.outputs[0].name)
+            self._constants_seen = (graph.version, found)
+        return self._constants_seen[1]
 
     def _nothing_found(self, guard: SkipGuard) -> None:
         horovod = (", or on another rank of this Horovod job, which names it"
