@@ -141,7 +141,7 @@ def test_batch_norm_moving_averages_stay_finite_through_a_heal(caplog):
             for value in session.run(moving):
                 assert np.isfinite(value).all()
     (said,) = [r.getMessage() for r in caplog.records if "write(s) to non-trainable state" in r.getMessage()]
-    assert said.startswith("tfamp_rewrite: 2 write(s) to non-trainable state computed in float16")
+    assert said.startswith("tfamp_rewrite: 2 write(s) to non-trainable state computed from float16 values")
     assert "e.g. 'batch_normalization/AssignMovingAvg" in said
 
 

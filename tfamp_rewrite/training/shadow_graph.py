@@ -173,7 +173,7 @@ class ShadowGraph:
         converted = {d.name for d in result.report.decisions if d.converted}
         guarded = guard_state_writes(to_import, *self._state_variables(), through=converted)
         if guarded:
-            log_once("tfamp_rewrite: %d write(s) to non-trainable state computed in %s (batch-norm "
+            log_once("tfamp_rewrite: %d write(s) to non-trainable state computed from %s values (batch-norm "
                      "moving averages, a queue of keys, a memory bank; e.g. '%s') keep an entry's "
                      "value where the value written is inf/nan: a skipped step's %s overflow would "
                      "otherwise stay in that state for good, and evaluation return NaN long after "
