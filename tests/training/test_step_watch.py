@@ -787,6 +787,38 @@ def test_a_model_whose_right_scale_is_low_skips_its_first_steps_without_a_diagno
     skipped = 24 - applied
     assert "(%d skipped steps), then steps applied at %g" % (skipped, settled) in said[1].getMessage()
     assert "DynamicLossScale(initial_loss_scale=%g)" % settled in said[1].getMessage()
+    environment = "TFAMP_REWRITE_INITIAL_LOSS_SCALE=%g for the optimizers automatic" % settled
+    assert environment in said[1].getMessage()
+
+
+def test_automatic_loss_scaling_starts_where_the_environment_says(monkeypatch):
+    """A canned Estimator's optimizer is wrapped by automatic loss scaling: the settled line's
+    TFAMP_REWRITE_INITIAL_LOSS_SCALE starts it there, and no step skips; a value that is no
+    scale is a one-line error naming the fix."""
+    from tfamp_rewrite.training import activation
+
+    monkeypatch.setenv("TFAMP_REWRITE_INITIAL_LOSS_SCALE", "4")
+    graph = tf.Graph()
+    try:
+        activation.enable_loss_scaling()
+        with graph.as_default():
+            x = tf.constant(np.full([8, 8], 8.0, np.float32))
+            w = tf1.get_variable("w", initializer=np.full([8, 1], 0.5, np.float32))
+            loss = tf.reduce_sum(tf.square(tf.matmul(x, w, name="mm"))) / 2.0
+            step = tf1.train.get_or_create_global_step()
+            train_op = tf1.train.GradientDescentOptimizer(1e-6).minimize(loss, global_step=step)
+            init = tf1.global_variables_initializer()
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(12):
+                session.run(train_op)
+            assert session.run(step) == 12
+        monkeypatch.setenv("TFAMP_REWRITE_INITIAL_LOSS_SCALE", "a lot")
+        with graph.as_default(), pytest.raises(ValueError, match=r"^TFAMP_REWRITE_INITIAL_LOSS_SCALE='a lot' "
+                                                                   r"is not a number >= 1; set it to"):
+            tf1.train.AdamOptimizer(1e-3).minimize(loss)
+    finally:
+        activation.deactivate()
 
 
 def test_outlier_batches_every_other_step_are_diagnosed_and_healed(caplog):

@@ -208,7 +208,7 @@ def _auto_scaler(opt, loss=None):
     program scales itself (own_loss_scale.py) is not scaled again: the scale starts and
     stays at 1, and steps whose gradients hold inf/nan are still skipped and healed."""
     from . import loss_scale_optimizer
-    from .loss_scale import DynamicLossScale
+    from .loss_scale import DynamicLossScale, automatic_initial_loss_scale
     from .own_loss_scale import own_scale
 
     if loss_scale_optimizer.delegating():  # a wrapper is calling the optimizer it wraps
@@ -220,7 +220,8 @@ def _auto_scaler(opt, loss=None):
     if scaler is None:
         programs = own_scale(loss) if isinstance(loss, _tensorflow_v1().Tensor) else None
         # never grows: the program's own scale does, or stays as it chose
-        scale = "dynamic" if programs is None else DynamicLossScale(1, increment_period=2 ** 31 - 1)
+        scale = (DynamicLossScale(automatic_initial_loss_scale()) if programs is None
+                 else DynamicLossScale(1, increment_period=2 ** 31 - 1))
         scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, scale)
         scaler._state_owner = opt  # the user checkpoints opt: the loss scale is saved with it
         # A subclass whose compute_gradients or apply_gradients calls super() reaches the
@@ -228,7 +229,8 @@ def _auto_scaler(opt, loss=None):
         scaler._inner_methods = {name: functools.partial(_original_methods[name], opt)
                                  for name in _DELEGATED_METHODS}
         _route_own_apply_through(opt, scaler)
-        _say_loss_scaling_is_on(opt, scaler.loss_scale if programs is None else DynamicLossScale())
+        _say_loss_scaling_is_on(opt, scaler.loss_scale if programs is None
+                                else DynamicLossScale(automatic_initial_loss_scale()))
         if programs is not None:
             _say_scaled_by_the_program(opt, loss, programs)
     return scaler

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import math
 import numbers
+import os
 import types
 import weakref
 
@@ -272,6 +273,29 @@ _ALLOWED = (
     "'dynamic', a number >= 1 (a fixed scale), a tfamp_rewrite DynamicLossScale or "
     "FixedLossScale, or None (no loss scaling)"
 )
+
+
+INITIAL_LOSS_SCALE_ENV = "TFAMP_REWRITE_INITIAL_LOSS_SCALE"
+
+
+def automatic_initial_loss_scale(environ=None) -> float:
+    """The first scale of the dynamic loss scale automatic loss scaling gives an optimizer:
+    ``$TFAMP_REWRITE_INITIAL_LOSS_SCALE`` (where a settled run said to start), else 2**15.
+
+    Raises ValueError, in one line naming the fix, for a value that is not a number >= 1."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(INITIAL_LOSS_SCALE_ENV, "").strip()
+    if not text:
+        return float(2 ** 15)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 1):
+        raise ValueError("%s=%r is not a number >= 1; set it to the scale a run settled at "
+                         "(a power of two, e.g. 1024), or unset it for 32768"
+                         % (INITIAL_LOSS_SCALE_ENV, text))
+    return value
 
 
 def get(identifier):

@@ -44,6 +44,7 @@ from ..doctor.limits import limits_for
 from ..user_log import log_info
 from .devices import first_time, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
+from .loss_scale import INITIAL_LOSS_SCALE_ENV
 from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
 from .skip_guard import SkipGuard
@@ -621,9 +622,11 @@ class StepWatch:
             "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
             "tensor stayed out of %s range at the lower scales so far, so nothing is kept "
             "float32: the gradients are large for the initial scale. LossScaleOptimizer(opt, "
-            "DynamicLossScale(initial_loss_scale=%g)) starts where this run settled. Batches that "
+            "DynamicLossScale(initial_loss_scale=%g)), or %s=%g for the optimizers automatic loss "
+            "scaling wraps (a canned Estimator's), starts where this run settled. Batches that "
             "overflow only now and then (a rare large input) skip again later, and are diagnosed "
-            "then (said once)" % (which, episode.trajectory(), scale, self.shadow.dtype, scale))
+            "then (said once)" % (which, episode.trajectory(), scale, self.shadow.dtype, scale,
+                                  INITIAL_LOSS_SCALE_ENV, scale))
 
     def _say_variables_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_variables:
