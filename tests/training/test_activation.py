@@ -408,6 +408,8 @@ def test_an_optimizer_assigning_its_own_updates_is_said_to_train_unscaled(monkey
         init = tf1.global_variables_initializer()
     warning = unscaled_training_warning(caplog, graph, init, quiet=count, trains=train)
     assert "1 update op(s)" in warning and "as BERT's does" in warning
+    assert "an update written by hand from tf.gradients (gradient ascent on an input variable) " \
+           "needs no optimizer: multiply the loss by a constant" in warning
 
 
 def test_an_explicitly_wrapped_optimizer_is_scaled_once():

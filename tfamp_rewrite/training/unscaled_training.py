@@ -290,7 +290,10 @@ class UnscaledTrainingWatch:
             % (len(computed), computed[0], self._updates[computed[0]], loss_scale_optimizer_name(),
                " and take the gradients from its compute_gradients (an optimizer whose own "
                "apply_gradients assigns the new values, as BERT's does, is not wrapped "
-               "automatically)" if self._updates[computed[0]] in _ASSIGN_OPS else ""))
+               "automatically); an update written by hand from tf.gradients (gradient ascent "
+               "on an input variable) needs no optimizer: multiply the loss by a constant "
+               "before tf.gradients and divide the step by it" if self._updates[computed[0]] in _ASSIGN_OPS
+               else ""))
 
     @staticmethod
     def _say_backprop(scope: str) -> None:
