@@ -26,6 +26,7 @@ import tensorflow as tf
 from ..doctor.heal_files import beside_checkpoint, heal_file_exists, kept_in, write_heal_file
 from .devices import first_time, log_once
 from .heal_memory import HEAL_FILE_ENV
+from .op_walks import ancestors
 from .shadow_graph import has_operation
 
 SAVE, RESTORE = "save", "restore"
@@ -64,6 +65,26 @@ class CheckpointRuns:
         if known is None:
             known = self._prefix_tensors[tensor.name] = _reaches(tensor, SAVE_OPS | RESTORE_OPS)
         return known
+
+
+def say_loss_scale_left_out(elements, loss_scale_variables: List[str]) -> None:
+    """After a Saver's save run of ``elements``: says once when it wrote none of the loss
+    scale's variables (names), as a Saver given ``tf.trainable_variables()`` does -- every
+    process resuming from its checkpoints starts the scale again and skips steps anew."""
+    if not loss_scale_variables:
+        return
+    saved = set()
+    for op in ancestors(elements):
+        saving = op.type in ("SaveV2", "Save", "SaveSlices") and len(op.inputs) > 1
+        names = op.inputs[1].op if saving else None
+        if names is not None and names.type == "Const":
+            saved.update(_text(name) for name in np.ravel(tf.make_ndarray(names.get_attr("value"))))
+    if saved and not saved & set(loss_scale_variables):
+        log_once("tfamp_rewrite: a Saver saves none of the loss scale's variables (e.g. %r): its "
+                 "var_list leaves them out, so a process resuming from its checkpoints starts the "
+                 "scale again from its initial value and skips steps until it falls again. Add "
+                 "opt.variables() (or the variables named 'loss_scale/...') to its var_list "
+                 "to resume where the scale settled (said once)" % sorted(loss_scale_variables)[0])
 
 
 def save_beside(prefix: str, kept_float32, heals: List[dict]) -> None:

@@ -41,7 +41,7 @@ from ..doctor.limits import limits_for
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
 from . import step_watch
-from .checkpoint_heals import SAVE, CheckpointRuns, kept_beside, save_beside
+from .checkpoint_heals import SAVE, CheckpointRuns, kept_beside, save_beside, say_loss_scale_left_out
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
 from .devices import (
@@ -56,6 +56,7 @@ from .inference_watch import InferenceWatch
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .run_plans import ORIGIN
 from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
+from .step_signals import step_signals
 from .step_watch import StepWatch, auto_fix_setting
 from .unscaled_training import UnscaledTrainingWatch
 from .user_errors import in_user_terms
@@ -273,7 +274,7 @@ class _RewritingSession:
             values = self._run_base(mapped, feeds, options, run_metadata, elements, fed)
             self._judge_run(None, None, steps_before, fetches, values, infers=infers)
             if checkpoint is not None:
-                self._carry_heals(*checkpoint)
+                self._carry_heals(*checkpoint, elements)
             return values
         extra, probe_ids = watched if watched is not None else ({}, ())
         if checks is not None:
@@ -287,7 +288,7 @@ class _RewritingSession:
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
                         hidden, extra_values.get("hidden"), extra_values.get("steps"), infers)
         if checkpoint is not None:
-            self._carry_heals(*checkpoint)
+            self._carry_heals(*checkpoint, elements)
         return values
 
     def _left_to_the_loss_scale(self, elements, fed) -> bool:
@@ -299,11 +300,13 @@ class _RewritingSession:
         return (self._watch is not None and self._inference.adds_scaled_gradients(elements, fed)
                 and self._watch.scale_may_recover())
 
-    def _carry_heals(self, kind: str, prefix: str) -> None:
+    def _carry_heals(self, kind: str, prefix: str, elements=()) -> None:
         """After a Saver's run: a save writes the nodes kept float32 beside the checkpoint
         ``prefix``; a restore keeps float32 those listed beside it (checkpoint_heals.py)."""
         if kind == SAVE:
             save_beside(prefix, self._shadow.kept_float32, [asdict(h) for h in self.heals])
+            say_loss_scale_left_out(elements, [v.op.name for signal in step_signals(self._user_graph)
+                                               for v in signal.loss_scale.variables()])
             return
         carried = [n for n in kept_beside(prefix, self._user_graph) if n not in self._shadow.kept_float32]
         if carried:
