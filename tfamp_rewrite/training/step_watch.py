@@ -360,7 +360,7 @@ class StepWatch:
         _logger.warning(
             "tfamp_rewrite: training is frozen: the last %d runs skipped every loss-scaled step "
             "they computed, and the session can do nothing more about them (the lines above say "
-            "why, and what keeps the culprit float32); no weight has changed since and global_step, "
+            "why); no weight has changed since and global_step, "
             "which counts applied steps only, stays where it is. A StopAtStepHook (Estimator."
             "train(steps=...) or max_steps) ends training here rather than wait for ever; a loop "
             "that runs until global_step reaches a count does not end. Float32 would have applied "
