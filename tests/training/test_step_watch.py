@@ -27,6 +27,7 @@ from tfamp_rewrite.training.skip_guard import (
     RECOVERED_AFTER,
     SkipGuard,
 )
+from tfamp_rewrite.training.step_signals import step_signals
 from tfamp_rewrite.training.twins import twin_nodes, weight_siblings
 
 tf1 = tf.compat.v1
@@ -2126,3 +2127,37 @@ def test_an_overflow_a_clip_at_zero_hides_is_found_and_healed_without_shape_read
     assert "read by 'Maximum' (Maximum), which the values it returned do not show" in said
     assert [h.nodes for h in heals] == [["gram"]]
     assert losses[-1] < 0.7 * losses[0]
+
+
+def test_a_training_graph_resumed_with_import_meta_graph_keeps_its_step_watch(caplog):
+    """A resumed run imports the training graph with its MetaGraph: the steps' signals were a
+    Python attribute of the graph that built it, so the import's skipped steps went unsaid
+    and undiagnosed.  They are rebuilt from the MetaGraph, and the heal is a skipped step's."""
+    built = tf.Graph()
+    with built.as_default():
+        x = tf1.placeholder(tf.float32, [16, 8], name="x")
+        y = tf1.placeholder(tf.int64, [16], name="y")
+        hidden = tf1.layers.dense(x, 16, tf.nn.relu, name="dense")
+        loss = tf1.losses.sparse_softmax_cross_entropy(y, tf1.layers.dense(hidden, 4, name="out"))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic")
+        tf1.add_to_collection("train_op", opt.minimize(loss))
+        exported = tf1.train.export_meta_graph()
+    resumed = tf.Graph()
+    with resumed.as_default():
+        tf1.train.import_meta_graph(exported)
+        train_op = resumed.get_collection("train_op")[0]
+        init = tf1.global_variables_initializer()
+    (signal,) = step_signals(resumed)
+    assert signal.all_finite.graph is resumed and signal.loss_scale.initial_loss_scale == 2 ** 15
+    assert [v.op.name for v in signal.loss_scale.variables()] == ["loss_scale/current_loss_scale",
+                                                                  "loss_scale/good_steps"]
+    rng = np.random.RandomState(0)
+    feed = {"x:0": rng.standard_normal([16, 8]).astype(np.float32) * 3e4, "y:0": rng.randint(0, 4, 16)}
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=resumed) as session:
+            session.run(init)
+            for _ in range(8):
+                session.run(train_op, feed)
+            heals = session.heals
+    assert any("a training step was skipped" in r.getMessage() for r in caplog.records)
+    assert heals and "inference" not in heals[0].trajectory

@@ -7,14 +7,21 @@ a graph per trial grew by each one); graph and list form a cycle the collector f
 tensors alongside every run that computes them anyway -- the step's own finite flag and its
 loss scale as read before the step's update -- so watching the steps costs two scalars per
 step and no extra computation (``skip_guard``).
+
+Each signal is also described, by its tensors' names and its loss scale's parameters, in
+the graph's ``COLLECTION``, which a MetaGraph carries: a training run resumed with
+``import_meta_graph`` rebuilds its signals from there (``step_signals``), so its skipped
+steps are watched as the run that built the graph watched them.
 """
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 _SIGNALS = "_tfamp_step_signals"  # the graph's attribute holding its signals
+COLLECTION = "tfamp_rewrite_step_signals"  # their descriptions, carried by a MetaGraph
 _lock = threading.Lock()
 
 
@@ -44,22 +51,87 @@ NOT_RUN = -1.0  # an exported flag's and scale's value when the step's branch wa
 
 def register(graph, signal: StepSignal) -> None:
     with _lock:
-        signals = getattr(graph, _SIGNALS, None)
-        if signals is None:
-            signals = []
-            setattr(graph, _SIGNALS, signals)
+        signals = _signals_of(graph)
         signals.append(signal)
+        described = _described(signal)
+        if described is not None:
+            graph.add_to_collection(COLLECTION, described)
 
 
 def has_step_signals(graph) -> bool:
     """Whether ``graph`` has a loss-scaled train op (no lock: its answer only grows)."""
-    return bool(getattr(graph, _SIGNALS, None))
+    return bool(getattr(graph, _SIGNALS, None)) or bool(graph.get_collection(COLLECTION))
 
 
 def step_signals(graph) -> List[StepSignal]:
-    """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built."""
+    """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built
+    (those of a graph imported with its MetaGraph rebuilt from their descriptions)."""
     with _lock:
-        return list(getattr(graph, _SIGNALS, ()))
+        return list(_signals_of(graph))
+
+
+def _signals_of(graph) -> list:
+    """The graph's list of signals, made on first use: from the descriptions its collection
+    holds, where it was imported with them (called with ``_lock`` held)."""
+    signals = getattr(graph, _SIGNALS, None)
+    if signals is None:
+        rebuilt = (_rebuilt(graph, described) for described in graph.get_collection(COLLECTION))
+        signals = [signal for signal in rebuilt if signal is not None]
+        setattr(graph, _SIGNALS, signals)
+    return signals
+
+
+def _described(signal: StepSignal) -> Optional[str]:
+    """``signal`` as JSON: its tensors' and ops' names, its loss scale's kind, parameters and
+    variables' names; None for a loss scale of another kind."""
+    scale = signal.loss_scale
+    if hasattr(scale, "min_loss_scale"):
+        described_scale = dict(kind="dynamic", variables=[v.name for v in scale.variables()],
+                               initial=scale.initial_loss_scale, period=scale.increment_period,
+                               multiplier=scale.multiplier, min=scale.min_loss_scale)
+    elif hasattr(scale, "value"):
+        described_scale = dict(kind="fixed", value=scale.value)
+    else:
+        return None
+
+    def name(element):
+        return None if element is None else element.name
+
+    return json.dumps(dict(
+        all_finite=name(signal.all_finite), scale=name(signal.scale), loss_scale=described_scale,
+        should_apply=name(signal.should_apply), computed_by=name(signal.computed_by),
+        exported=None if signal.exported is None else [name(t) for t in signal.exported],
+        variables=list(signal.variables), loss_finite=name(signal.loss_finite)))
+
+
+def _rebuilt(graph, text) -> Optional[StepSignal]:
+    """The StepSignal ``text`` (a ``_described`` JSON) describes in ``graph``, or None where
+    its elements are not there (a graph imported under another scope)."""
+    from . import loss_scale as loss_scale_module
+
+    try:
+        described = json.loads(text.decode() if isinstance(text, bytes) else text)
+
+        def element(name):
+            return None if name is None else graph.as_graph_element(name)
+
+        scale = described["loss_scale"]
+        if scale["kind"] == "fixed":
+            loss_scale = loss_scale_module.FixedLossScale(scale["value"])
+        else:
+            by_name = {v.name: v for v in graph.get_collection("variables")}
+            loss_scale = loss_scale_module.ImportedDynamicLossScale(
+                [by_name[n] for n in scale["variables"]], scale["initial"], scale["period"],
+                scale["multiplier"], scale["min"])
+        return StepSignal(
+            all_finite=element(described["all_finite"]), scale=element(described["scale"]),
+            loss_scale=loss_scale, should_apply=element(described["should_apply"]),
+            exported=(None if described["exported"] is None
+                      else tuple(element(n) for n in described["exported"])),
+            computed_by=element(described["computed_by"]), variables=tuple(described["variables"]),
+            loss_finite=element(described["loss_finite"]))
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def in_loss_scaled_apply(op) -> bool:
