@@ -1017,6 +1017,31 @@ def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tm
     assert not np.isfinite(evaluate()).all()  # the proof: without them, float16 overflows
 
 
+def test_a_resumed_run_writes_the_heals_it_restored_beside_its_own_checkpoints(tmp_path, monkeypatch):
+    """A resumed process keeps the restored nodes float32 and heals nothing itself: the heal
+    file it wrote beside its checkpoints listed the nodes, but 'heals': [] -- what was healed,
+    and why, was lost after one resume."""
+    parts = overflow_net()
+    with parts["graph"].as_default():
+        saver = tf1.train.Saver()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        prefix = saver.save(session, str(tmp_path / "first" / "model"))
+    (healed,) = json.loads((tmp_path / "first" / heal_files.HEALS_BESIDE_CHECKPOINTS).read_text())["heals"]
+    monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
+    again = overflow_net()
+    with again["graph"].as_default():
+        resaver = tf1.train.Saver()
+    with tfamp_rewrite.Session(graph=again["graph"]) as resumed:
+        resaver.restore(resumed, prefix)
+        train(again, resumed, 4)
+        assert resumed.heals == []
+        resaver.save(resumed, str(tmp_path / "second" / "model"))
+    written = json.loads((tmp_path / "second" / heal_files.HEALS_BESIDE_CHECKPOINTS).read_text())
+    assert written["heals"] == [healed] and "logits" in written["kept_float32"]
+
+
 @pytest.mark.skipif(not hasattr(tf1, "estimator"), reason="this TensorFlow has no Estimator (gone in 2.16)")
 def test_an_estimator_export_says_where_its_heals_end_up_not_its_temporary_directory(tmp_path, caplog):
     """An Estimator writes its SavedModel to <base>/temp-<timestamp> and renames it: the line

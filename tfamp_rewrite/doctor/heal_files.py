@@ -49,6 +49,22 @@ def kept_in(path: str) -> List[str]:
         raise ValueError(str(error) or type(error).__name__) from None
 
 
+def heals_in(path: str) -> List[dict]:
+    """The heal records (``Heal`` dicts: culprit, trajectory, ...) of the heal file at
+    ``path``; none where it has none or cannot be read (``kept_in`` says why)."""
+    try:
+        if _has_scheme(path):
+            text = _remote_call(lambda: _gfile().GFile(path, "r").read())
+        else:
+            with open(path) as handle:
+                text = handle.read()
+        heals = json.loads(text).get("heals", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [dict(h, max_abs=float("inf") if h.get("max_abs") is None else h["max_abs"])
+            for h in heals if isinstance(h, dict)]
+
+
 def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict]) -> None:
     """Writes ``{"kept_float32": [...], "heals": [...]}`` to ``path``: a new file in its
     directory, renamed into place.  Raises OSError."""

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..doctor.heal_files import beside_checkpoint, heal_file_exists, kept_in, write_heal_file
+from ..doctor.heal_files import beside_checkpoint, heal_file_exists, heals_in, kept_in, write_heal_file
 from .devices import first_time, log_once
 from .heal_memory import HEAL_FILE_ENV
 from .op_walks import ancestors
@@ -125,6 +125,12 @@ def estimator_export_path(path: str) -> Optional[str]:
     if folder != "variables" or match is None:
         return None
     return os.path.join(base, match.group(1), folder, name)
+
+
+def heals_beside(prefix: str) -> List[dict]:
+    """The heal records beside checkpoint ``prefix``: what its training run healed, and why,
+    for a session resuming from it to write beside its own checkpoints with its own."""
+    return heals_in(beside_checkpoint(prefix))
 
 
 def kept_beside(prefix: str, graph) -> List[str]:

@@ -41,7 +41,14 @@ from ..doctor.limits import limits_for
 from ..graph_rewrite.compat import session_compat
 from ..tf_compat import config_without_tf_amp
 from . import step_watch
-from .checkpoint_heals import SAVE, CheckpointRuns, kept_beside, save_beside, say_loss_scale_left_out
+from .checkpoint_heals import (
+    SAVE,
+    CheckpointRuns,
+    heals_beside,
+    kept_beside,
+    save_beside,
+    say_loss_scale_left_out,
+)
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
 from .devices import (
@@ -84,6 +91,7 @@ class _RewritingSession:
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
         self._checkpoints = CheckpointRuns()
+        self._restored_heals: List[dict] = []  # heal records beside the checkpoints it restored
         self._mapped_runs = {}  # _run_key -> (shadow generation, _MappedRun)
         heals = self._watch is not None and self._watch.auto_fix
         self._inference = InferenceWatch(self._shadow, heals) if self._shadow is not None else None
@@ -304,7 +312,8 @@ class _RewritingSession:
         """After a Saver's run: a save writes the nodes kept float32 beside the checkpoint
         ``prefix``; a restore keeps float32 those listed beside it (checkpoint_heals.py)."""
         if kind == SAVE:
-            save_beside(prefix, self._shadow.kept_float32, [asdict(h) for h in self.heals])
+            save_beside(prefix, self._shadow.kept_float32,
+                        self._restored_heals + [asdict(h) for h in self.heals])
             say_loss_scale_left_out(elements, [v.op.name for signal in step_signals(self._user_graph)
                                                for v in signal.loss_scale.variables()])
             return
@@ -312,6 +321,8 @@ class _RewritingSession:
         if carried:
             self._shadow.heal(carried)
             remember_healed(self._user_graph, carried)
+            # the heals that kept them, written again beside this session's checkpoints
+            self._restored_heals += [h for h in heals_beside(prefix) if h not in self._restored_heals]
 
     def _run_base(self, fetches, feeds, options, run_metadata, elements, fed):
         """TensorFlow's run of private-graph ``fetches`` (``elements``, fed ``fed``); an
