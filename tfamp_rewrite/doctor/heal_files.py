@@ -39,12 +39,7 @@ def kept_in(path: str) -> List[str]:
     """The nodes the heal file at ``path`` keeps float32; ValueError (saying why) if it
     cannot be read as one."""
     try:
-        if _has_scheme(path):
-            text = _remote_call(lambda: _gfile().GFile(path, "r").read())
-        else:
-            with open(path) as handle:
-                text = handle.read()
-        return [str(name) for name in json.loads(text)["kept_float32"]]
+        return [str(name) for name in json.loads(_text_of(path))["kept_float32"]]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(str(error) or type(error).__name__) from None
 
@@ -53,16 +48,19 @@ def heals_in(path: str) -> List[dict]:
     """The heal records (``Heal`` dicts: culprit, trajectory, ...) of the heal file at
     ``path``; none where it has none or cannot be read (``kept_in`` says why)."""
     try:
-        if _has_scheme(path):
-            text = _remote_call(lambda: _gfile().GFile(path, "r").read())
-        else:
-            with open(path) as handle:
-                text = handle.read()
-        heals = json.loads(text).get("heals", [])
+        heals = json.loads(_text_of(path)).get("heals", [])
     except (OSError, ValueError, AttributeError):
         return []
     return [dict(h, max_abs=float("inf") if h.get("max_abs") is None else h["max_abs"])
             for h in heals if isinstance(h, dict)]
+
+
+def _text_of(path: str) -> str:
+    """The text of the file at ``path`` (local, or through TensorFlow's file systems)."""
+    if _has_scheme(path):
+        return _remote_call(lambda: _gfile().GFile(path, "r").read())
+    with open(path) as handle:
+        return handle.read()
 
 
 def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict]) -> None:

@@ -275,42 +275,20 @@ _ALLOWED = (
 )
 
 
-class ImportedDynamicLossScale(LossScale):
+class ImportedDynamicLossScale(DynamicLossScale):
     """The dynamic loss scale of a graph imported with its MetaGraph (``import_meta_graph``: a
-    resumed training run): its variables, found by name, and the parameters it was built
-    with.  Its updates are the imported graph's own ops; it builds none."""
+    resumed training run): the parameters it was built with, over its imported variables
+    ``[current_loss_scale, good_steps]``, found by name."""
 
     def __init__(self, variables, initial_loss_scale, increment_period, multiplier, min_loss_scale):
-        self._variables = list(variables)
-        self._initial_loss_scale = float(initial_loss_scale)
-        self._increment_period = int(increment_period)
-        self._multiplier = float(multiplier)
-        self._min_loss_scale = float(min_loss_scale)
+        super().__init__(initial_loss_scale, increment_period, multiplier, min_loss_scale)
+        self._imported = _DynamicState(*variables)
 
-    @property
-    def initial_loss_scale(self):
-        return self._initial_loss_scale
-
-    @property
-    def increment_period(self):
-        return self._increment_period
-
-    @property
-    def multiplier(self):
-        return self._multiplier
-
-    @property
-    def min_loss_scale(self):
-        return self._min_loss_scale
-
-    def __call__(self):
-        return tf.identity(self._variables[0].value())
-
-    def update(self, all_finite):
-        raise NotImplementedError("an imported graph's loss scale updates through its own ops")
+    def _state(self):
+        return self._imported
 
     def variables(self):
-        return list(self._variables)
+        return list(self._imported)
 
 
 INITIAL_LOSS_SCALE_ENV = "TFAMP_REWRITE_INITIAL_LOSS_SCALE"
