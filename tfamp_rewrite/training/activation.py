@@ -219,9 +219,9 @@ def _auto_scaler(opt, loss=None):
     scaler = state.get(_AUTO_SCALER)
     if scaler is None:
         programs = own_scale(loss) if isinstance(loss, _tensorflow_v1().Tensor) else None
+        automatic = DynamicLossScale(automatic_initial_loss_scale())
         # never grows: the program's own scale does, or stays as it chose
-        scale = (DynamicLossScale(automatic_initial_loss_scale()) if programs is None
-                 else DynamicLossScale(1, increment_period=2 ** 31 - 1))
+        scale = automatic if programs is None else DynamicLossScale(1, increment_period=2 ** 31 - 1)
         scaler = state[_AUTO_SCALER] = loss_scale_optimizer.LossScaleOptimizer(opt, scale)
         scaler._state_owner = opt  # the user checkpoints opt: the loss scale is saved with it
         # A subclass whose compute_gradients or apply_gradients calls super() reaches the
@@ -229,8 +229,7 @@ def _auto_scaler(opt, loss=None):
         scaler._inner_methods = {name: functools.partial(_original_methods[name], opt)
                                  for name in _DELEGATED_METHODS}
         _route_own_apply_through(opt, scaler)
-        _say_loss_scaling_is_on(opt, scaler.loss_scale if programs is None
-                                else DynamicLossScale(automatic_initial_loss_scale()))
+        _say_loss_scaling_is_on(opt, automatic)
         if programs is not None:
             _say_scaled_by_the_program(opt, loss, programs)
     return scaler

@@ -71,19 +71,12 @@ def weight_producers(graph, nodes: List[str], converted) -> List[str]:
     not rounded to half by a producer whose other readers stay half (the backward pass's
     filters)."""
     producers: List[str] = []
-    for name in nodes:
-        try:
-            op = graph.get_operation_by_name(name)
-        except KeyError:
-            continue
-        for tensor in op.inputs:
-            if not _weights_only(tensor):
-                continue
-            upstream = reachable([tensor.op], lambda each: [] if each.type in _STRUCTURE
-                                 or each.type in VARIABLE_OPS else [t.op for t in each.inputs])
-            producers += sorted(each.name for each in upstream if each.name in converted
-                                and _computes_weights(each)
-                                and each.name not in nodes and each.name not in producers)
+    for _, _, tensor in _weight_inputs(graph, nodes):
+        upstream = reachable([tensor.op], lambda each: [] if each.type in _STRUCTURE
+                             or each.type in VARIABLE_OPS else [t.op for t in each.inputs])
+        producers += sorted(each.name for each in upstream if each.name in converted
+                            and _computes_weights(each)
+                            and each.name not in nodes and each.name not in producers)
     return producers
 
 
@@ -95,23 +88,29 @@ def weight_siblings(graph, nodes: List[str], converted) -> List[str]:
     lost to cancellation (SSIM 0.887 for float32's 0.900) -- or a statically unrolled RNN's
     steps.  Nodes merely reading the same data (two heads over one feature map) are none."""
     siblings: List[str] = []
+    for op, index, tensor in _weight_inputs(graph, nodes):
+        backward = bool(GRADIENT_SCOPE.search(op.name))
+        weights = _weights_key(tensor)
+        for reader in _readers_of_weights(tensor):
+            if (reader.type == op.type and reader.name in converted and reader.name not in nodes
+                    and bool(GRADIENT_SCOPE.search(reader.name)) == backward  # a layer's dx: no sibling
+                    and reader.name not in siblings and len(reader.inputs) > index
+                    and _weights_key(reader.inputs[index]) == weights):
+                siblings.append(reader.name)
+    return siblings
+
+
+def _weight_inputs(graph, nodes: List[str]):
+    """``(op, input index, tensor)`` for each input of ``nodes``' ops (those ``graph`` holds)
+    computed from constants, variables and shapes alone (``_weights_only``)."""
     for name in nodes:
         try:
             op = graph.get_operation_by_name(name)
         except KeyError:
             continue
-        backward = bool(GRADIENT_SCOPE.search(op.name))
         for index, tensor in enumerate(op.inputs):
-            if not _weights_only(tensor):
-                continue
-            weights = _weights_key(tensor)
-            for reader in _readers_of_weights(tensor):
-                if (reader.type == op.type and reader.name in converted and reader.name not in nodes
-                        and bool(GRADIENT_SCOPE.search(reader.name)) == backward  # a layer's dx: no sibling
-                        and reader.name not in siblings and len(reader.inputs) > index
-                        and _weights_key(reader.inputs[index]) == weights):
-                    siblings.append(reader.name)
-    return siblings
+            if _weights_only(tensor):
+                yield op, index, tensor
 
 
 def _computes_weights(op) -> bool:
