@@ -187,7 +187,7 @@ class _RewritingSession:
         """Brings the private graph up to date, and what the unscaled-training watch knows."""
         self._shadow.sync()
         self._unscaled.graph_changed(self._user_graph, self._shadow.dtype, self._shadow.converted_now,
-                                     self._shadow.guarded_writes)
+                                     self._shadow.unguarded_writes, self._shadow.guarded_writes)
 
     def _mapped_run(self, fetches, feed_dict) -> "_MappedRun":
         """What ``fetches`` and ``feed_dict``'s keys map to, memoised for a run that repeats

@@ -89,6 +89,7 @@ class ShadowGraph:
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
         self.excluded_by_name: list = []     # compiled patterns: nodes the user keeps float32
         self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
+        self.unguarded_writes: Dict[str, str] = {}  # user write -> variable: unscaled_training's
         self.guarded_writes: Set[str] = set()   # user writes of loss-scaled gradients kept finite
         self._scope = ""                     # name scope of the current generation ("" first)
         self._generation = 0
@@ -166,8 +167,9 @@ class ShadowGraph:
         ``result`` converts write finite values only (state_guard.py), said once; and the
         writes to trainable variables of values computed from loss-scaled gradients that do
         not wait on the step's finite flag (unscaled_training.unguarded_writes: a sparse
-        update by hand), recorded in ``guarded_writes`` (the first run of one says so)."""
-        writes = unguarded_writes(self.user_graph)
+        update by hand), recorded in ``unguarded_writes`` and ``guarded_writes`` (the first
+        run of one says so)."""
+        writes = self.unguarded_writes = unguarded_writes(self.user_graph)
         if writes:
             self.guarded_writes.update(guard_state_writes(to_import, set(writes.values()), only=writes))
         converted = {d.name for d in result.report.decisions if d.converted}

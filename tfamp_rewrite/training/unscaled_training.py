@@ -33,7 +33,7 @@ from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
 from .op_walks import ancestors, downstream_of, reachable
 from .own_loss_scale import own_scale
-from .state_guard import WRITE_OPS
+from .state_guard import PASSING, WRITE_OPS
 from .step_signals import step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -89,8 +89,8 @@ def _backprops_of_scaled_losses(graph) -> List:
     """The gradient ops of the losses ``graph``'s ``tf.gradients`` calls differentiate that
     the program scales itself (own_loss_scale.py; TensorFlow's loss-scale optimizer with a
     fixed scale too): ``<scope>/<loss>_grad/...``."""
-    prefixes = tuple("%s/%s_grad/" % (scope, loss.name) for scope in _call_scopes(graph)
-                     for loss in _losses_of(graph, scope) if own_scale(loss))
+    prefixes = tuple("%s/%s_grad/" % (scope, loss.name)
+                     for scope, losses in _scaled_losses(graph).items() for loss in losses)
     return [op for op in graph.get_operations() if op.name.startswith(prefixes)] if prefixes else []
 
 
@@ -121,9 +121,10 @@ def unscaled_backprops(graph, converted) -> Dict[str, str]:
     (module docstring).  A gradient penalty's inner call reaches one, and is left out: the
     entries that flush are those below 6e-8, whose squares add nothing to a norm."""
     calls = unscaled_gradient_calls(graph, _loss_scale_variables(graph, step_signals(graph)))
+    scaled = _scaled_losses(graph)
     result = {}
     for scope, ops in calls.items():
-        if any(own_scale(loss) for loss in _losses_of(graph, scope)):
+        if scope in scaled:
             continue
         for call in _each_call(ops):
             if any(op.name in converted for op in call) and not _reaches_an_update(call):
@@ -151,11 +152,19 @@ def _each_call(ops) -> List[List]:
 def from_a_loss_the_program_scales(tensors) -> bool:
     """Whether ``tensors`` are computed by a ``tf.gradients`` call whose loss the program
     scales itself (own_loss_scale.py: ``tf.gradients(loss * 1024., ...)``)."""
-    graph = tensors[0].graph
-    upstream = {op.name for op in ancestors(tensors)}
-    return any(any(name.startswith(scope + "/") for name in upstream)
-               and any(own_scale(loss) for loss in _losses_of(graph, scope))
-               for scope in _call_scopes(graph))
+    scopes = tuple(scope + "/" for scope in _scaled_losses(tensors[0].graph))
+    return bool(scopes) and any(op.name.startswith(scopes) for op in ancestors(tensors))
+
+
+def _scaled_losses(graph) -> Dict[str, List]:
+    """``{scope: losses}``: the ``tf.gradients`` calls of ``graph`` whose losses the program
+    scales itself (own_loss_scale.py), and those losses."""
+    scaled = {}
+    for scope in _call_scopes(graph):
+        losses = [loss for loss in _losses_of(graph, scope) if own_scale(loss)]
+        if losses:
+            scaled[scope] = losses
+    return scaled
 
 
 def unscaled_gradient_calls(graph, scales) -> Dict[str, List]:
@@ -216,9 +225,9 @@ def _reaches_an_update(ops) -> bool:
 
 def _variable_op(handle):
     """The variable op a write's first input (a ref or a handle) comes from, past identities
-    and TF1 control flow's switches and enters."""
+    and TF1 control flow's switches and enters (``state_guard.PASSING``)."""
     op = handle.op
-    while op.type in ("Identity", "RefIdentity", "Switch", "RefSwitch", "Enter", "RefEnter") and op.inputs:
+    while op.type in PASSING and op.inputs:
         op = op.inputs[0].op
     return op
 
@@ -242,16 +251,21 @@ class UnscaledTrainingWatch:
         self._said_backprop = False
         self._guarded = frozenset()
 
-    def graph_changed(self, graph, dtype: str, converted=frozenset, guarded=frozenset()) -> None:
+    def graph_changed(self, graph, dtype: str, converted=frozenset, unguarded=None,
+                      guarded=frozenset()) -> None:
         """``converted()``: the names of the nodes the session's rewrite converts (asked for
-        only when the graph changed: every run calls this); ``guarded``: the writes of
-        ``unguarded_writes`` the session makes write finite entries only."""
+        only when the graph changed: every run calls this); ``unguarded``: ``unguarded_writes``
+        of the graph, where the caller found them already; ``guarded``: those of them the
+        session makes write finite entries only."""
         self._guarded = guarded
         if graph.version == self._version:
             return
         self._version = graph.version
         self._updates = {} if self._said else {op.name: op.type for op in unscaled_updates(graph, dtype)}
-        self._unguarded = {} if self._said_unguarded else unguarded_writes(graph)
+        if self._said_unguarded:
+            self._unguarded = {}
+        else:
+            self._unguarded = dict(unguarded) if unguarded is not None else unguarded_writes(graph)
         self._backprops = ({} if self._said_backprop or dtype != "float16"
                            else unscaled_backprops(graph, converted()))
         self._checked.clear()
