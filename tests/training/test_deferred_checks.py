@@ -72,6 +72,84 @@ def test_checked_gradients_of_skipped_steps_do_not_stop_training(caplog):
     assert len(said(caplog, "a check_numerics saw inf/nan in a step the loss scaling skipped")) == 1
 
 
+def gradient_norm_guarded_net(bound):
+    """summed_loss_net's step under an exploding-gradient guard, written in TF1 control flow
+    as TF1 programs ran it: ``assert_less(global_norm(grads), bound)`` (TensorFlow's guarded
+    Assert, its data a float) and ``Assert(all finite, [a string])`` (an unguarded one)."""
+    with control_flow_v1():
+        parts = summed_loss_net()
+        graph = parts["graph"]
+        with graph.as_default():
+            grads = [op.outputs[0] for op in graph.get_operations()
+                     if op.type == "MatMul" and op.name.startswith("gradients/hidden/")]
+            norm = parts["norm"] = tf1.global_norm(grads)
+            bounded = parts["bounded"] = tf1.debugging.assert_less(norm, bound, message="exploding gradients")
+            finite = parts["finite"] = tf1.Assert(tf.reduce_all(tf.math.is_finite(norm)),
+                                                  ["gradients are not finite"], name="all_finite")
+            parts["guarded_train"] = tf.group(parts["train"], bounded, finite)
+    return parts
+
+
+@pytest.mark.parametrize("session_class", [tf1.Session, tfamp_rewrite.Session])
+def test_assertions_on_gradients_wait_for_skipped_steps(caplog, session_class):
+    """Under loss scaling the first steps' scaled gradients overflow float16 and are skipped:
+    an exploding-gradient guard on them failed the run, which float32 never does."""
+    parts = gradient_norm_guarded_net(bound=1e12)
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+            session_class(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        for _ in range(30):
+            session.run(parts["guarded_train"], parts["feed"])
+        steps = session.run(parts["global_step"])
+    if session_class is tf1.Session:
+        assert steps == 30
+        return
+    assert 0 < steps < 30  # steps were skipped, then applied
+    assert len(said(caplog, "2 assertion(s) (e.g. 'all_finite/Assert') wait for the loss scaling")) == 1
+    assert len(said(caplog, "an assertion ('assert_less/Assert/AssertGuard/Assert') failed in a "
+                            "step the loss scaling skipped")) == 1
+
+
+def test_an_assertion_failing_in_float32_too_fails_with_tensorflows_message():
+    """A bound the gradients exceed in float32 too: once steps apply, the guard fails the run
+    as TensorFlow's does -- its message with the values, the user's node, where it was made."""
+    parts = gradient_norm_guarded_net(bound=1e-3)
+    with tf1.Session(graph=parts["graph"]) as session, \
+            pytest.raises(tf.errors.InvalidArgumentError) as float32:
+        session.run(parts["init"])
+        session.run(parts["guarded_train"], parts["feed"])
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session, \
+            pytest.raises(tf.errors.InvalidArgumentError) as amp:
+        session.run(parts["init"])
+        for _ in range(30):
+            session.run(parts["guarded_train"], parts["feed"])
+    expected = ("[exploding gradients] [Condition x < y did not hold element-wise:] "
+                "[x (global_norm/global_norm:0) = ] [")
+    for raised in (float32, amp):
+        assert ("assertion failed: " + expected) in raised.value.message
+        assert raised.value.op.name == "assert_less/Assert/AssertGuard/Assert"
+        assert "test_deferred_checks.py" in raised.value.message
+    assert amp.value.op is parts["graph"].get_operation_by_name("assert_less/Assert/AssertGuard/Assert")
+    shown = float(amp.value.message.split(expected)[1].split("]")[0])
+    assert np.isfinite(shown) and shown > 1e-3  # the norm of an applied step's gradients
+
+
+def test_an_assertion_on_shapes_alone_stays_tensorflows():
+    """An assertion no float value reaches fails where float32's does: it is not deferred."""
+    with control_flow_v1():
+        parts = summed_loss_net()
+        with parts["graph"].as_default():
+            expected = tf1.placeholder(tf.int32, [], name="expected_batch")
+            batch = tf1.debugging.assert_equal(tf.shape(parts["x"])[0], expected, message="batch size")
+            train = tf.group(parts["train"], batch)
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        session.run(train, dict(parts["feed"], **{"expected_batch:0": 64}))
+        assert session._shadow.deferred_checks == set()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="batch size"):
+            session.run(train, dict(parts["feed"], **{"expected_batch:0": 8}))
+
+
 def test_a_genuine_nan_fails_the_run_with_tensorflows_message_once_the_session_cannot_act():
     parts = summed_loss_net(check_logits=True)
     feed = dict(parts["feed"])
@@ -121,8 +199,8 @@ def test_a_write_computed_from_a_check_writes_nothing_where_the_check_fails(capl
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         got = means(tfamp_rewrite.Session)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert len(said(caplog, "1 write(s) computed from a check_numerics (e.g. 'update_mean') write "
-                            "nothing in a run where the check saw inf/nan")) == 1
+    assert len(said(caplog, "1 write(s) computed from a check_numerics or an assertion (e.g. "
+                            "'update_mean') write nothing in a run where it failed")) == 1
 
 
 @pytest.mark.parametrize("how", ["run", "callable"])

@@ -16,7 +16,8 @@ fetch.  The session judges the statuses after each run (deferred_checks.py).
 
 A failing check stopped the run before anything computed from it: a running mean updated
 from a checked batch mean kept its value, and the program dropped the batch.  So each
-write to a variable computed from deferred checks (through data or control inputs; one that
+write to a variable computed from deferred checks or assertions (assertion_deferral.py;
+through data or control inputs; one that
 ``deferrable`` accepts, and none that only an applied step runs) writes nothing where one
 of them saw inf/nan (``hold_checked_writes``)::
 
@@ -36,8 +37,8 @@ from .node_defs import flattened, node_def
 from .state_guard import WRITE_OPS, keeping_write, write_selected
 
 _CHECK_OP = "CheckNumerics"
-_SCOPE = "/tfamp_check/"
-STATUS = _SCOPE + "status"  # a check's status node: its name + STATUS
+SCOPE = "/tfamp_check/"
+STATUS = SCOPE + "status"  # a check's status node: its name + STATUS
 
 
 def defer_checks(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
@@ -48,7 +49,7 @@ def defer_checks(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
     for node in list(graph_def.node):
         if node.op != _CHECK_OP or not deferrable(node.name):
             continue
-        values, dtype, scope = node.input[0], node.attr["T"].type, node.name + _SCOPE
+        values, dtype, scope = node.input[0], node.attr["T"].type, node.name + SCOPE
         nodes = flattened(values, dtype, scope)
         flat = scope + "flat"
         if dtype == types_pb2.DT_BFLOAT16:  # IsNan/IsInf lack bfloat16 kernels in older TensorFlow
@@ -90,11 +91,11 @@ def hold_checked_writes(graph_def, deferred: Collection[str], deferrable: Callab
         passed = []
         for check in checks:
             passed.append(scope + "passed_%d" % len(passed))
-            added.append(node_def(passed[-1] + "/failed", "Any", [check + STATUS, check + _SCOPE + "zero"],
+            added.append(node_def(passed[-1] + "/failed", "Any", [check + STATUS, check + SCOPE + "zero"],
                                   Tidx=types_pb2.DT_INT32))
             added.append(node_def(passed[-1], "LogicalNot", [passed[-1] + "/failed"]))
         added.append(node_def(scope + "every", "Pack", passed, ints={"N": len(passed)}, T=types_pb2.DT_BOOL))
-        added.append(node_def(scope + "passed", "All", [scope + "every", checks[0] + _SCOPE + "zero"],
+        added.append(node_def(scope + "passed", "All", [scope + "every", checks[0] + SCOPE + "zero"],
                               Tidx=types_pb2.DT_INT32))
         write_selected(graph_def, node, (slot, dtype, added), scope, scope + "passed", "checked_only")
         held.append(node.name)

@@ -468,7 +468,7 @@ class _RewritingSession:
         steps = None if self._watch is None else self._watch.step_fetches(fetches + targets, fed)
         step_tensors = nest.flatten(steps) if steps else []
         checks = self._checks.fetches(fetches + targets, fed)
-        check_tensors = [checks[1]] if checks else []
+        check_tensors = list(checks[1]) if checks else []
         watch = self._inference
         infers = steps is not None or not self._left_to_the_loss_scale(fetches + targets, fed)
         hidden = None
@@ -503,7 +503,8 @@ class _RewritingSession:
                     steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
                 self._watch.after_run({"steps": step_values}, (), self._run_private)
             after_steps = len(fetches) + len(step_tensors)
-            self._judge_run(checks, results[after_steps] if checks else None, steps_before,
+            check_values = results[after_steps:after_steps + len(check_tensors)]
+            self._judge_run(checks, check_values if checks else None, steps_before,
                             list(callable_options.fetch), list(results[:len(fetches)]),
                             hidden, results[-1] if checked else None, step_values, infers)
             return results[:len(fetches)]

@@ -39,6 +39,7 @@ from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from ..user_log import LOGGER_NAME, log_info
+from .assertion_deferral import ASSERT_OP, defer_assertions, waits_for_the_loss_scaling
 from .check_deferral import defer_checks, hold_checked_writes
 from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
@@ -58,6 +59,8 @@ _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged a
 # opening a Session per evaluation on a graph it grows each time)
 _SYNCS_PER_GRAPH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _REPORTS_KEPT = 16  # the first rewrite's report and the latest ones
+# what a deferred check (an Identity) and a deferred assertion (a StringFormat) run as
+_DEFERRED_AS = {"Identity", "StringFormat"}
 GROWTHS_SAID_AT = 20  # a graph that grew this often grows in the user's loop: said once
 
 
@@ -88,7 +91,7 @@ class ShadowGraph:
         self._converted_ever: Set[str] = set()  # user nodes some rewrite converted
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
         self.excluded_by_name: list = []     # compiled patterns: nodes the user keeps float32
-        self.deferred_checks: Set[str] = set()  # user CheckNumerics run as Identity + status
+        self.deferred_checks: Set[str] = set()  # user CheckNumerics and Asserts run with a status
         self.unguarded_writes: Dict[str, str] = {}  # user write -> variable: unscaled_training's
         self.guarded_writes: Set[str] = set()   # user writes of loss-scaled gradients kept finite
         self._scope = ""                     # name scope of the current generation ("" first)
@@ -209,24 +212,27 @@ class ShadowGraph:
         return False
 
     def _defer_checks(self, to_import) -> List[str]:
-        """Defers ``to_import``'s CheckNumerics outside TF1 control flow (check_deferral.py),
-        when the user graph holds a loss-scaled step, and holds the writes computed from
-        them where one fails (said once); returns their names."""
+        """Defers ``to_import``'s CheckNumerics outside TF1 control flow (check_deferral.py)
+        and its assertions on floating-point values (assertion_deferral.py), when the user
+        graph holds a loss-scaled step, and holds the writes computed from them where one
+        fails (said once); returns their names."""
         if not step_signals(self.user_graph):
             return []
+        user_op = self.user_graph.get_operation_by_name
 
         def outside_control_flow(name: str) -> bool:
-            return self.user_graph.get_operation_by_name(name)._get_control_flow_context() is None
+            return user_op(name)._get_control_flow_context() is None
 
         deferred = defer_checks(to_import, outside_control_flow)
+        deferred += defer_assertions(to_import, lambda name: waits_for_the_loss_scaling(user_op(name)))
         if not deferred:
             return deferred
         held = hold_checked_writes(to_import, deferred, outside_control_flow,
                                    leave=self._state_variables()[1])
         if held:
-            log_once("tfamp_rewrite: %d write(s) computed from a check_numerics (e.g. '%s') write "
-                     "nothing in a run where the check saw inf/nan, as TensorFlow's failing check "
-                     "stops the run before them: the checks wait for the loss scaling, the "
+            log_once("tfamp_rewrite: %d write(s) computed from a check_numerics or an assertion "
+                     "(e.g. '%s') write nothing in a run where it failed, as TensorFlow's failing "
+                     "check stops the run before them: the checks wait for the loss scaling, the "
                      "variables keep their values" % (len(held), held[0]))
         return deferred
 
@@ -234,12 +240,16 @@ class ShadowGraph:
         """Records the deferred checks the private graph now runs as Identity (one imported
         before the graph had a loss-scaled step stays TensorFlow's); says so once."""
         now = {name for name in deferred
-               if self.graph.get_operation_by_name(self.private_name(name)).type == "Identity"}
-        if now - self.deferred_checks:
-            log_once("tfamp_rewrite: %d check_numerics (e.g. '%s') wait for the loss scaling: a "
-                     "skipped step's gradients and an overflowing %s value are inf/nan by design, "
-                     "so a check fails the run only when its step was applied or the session "
-                     "cannot act on it" % (len(now), sorted(now)[0], self.dtype))
+               if self.graph.get_operation_by_name(self.private_name(name)).type in _DEFERRED_AS}
+        new = now - self.deferred_checks
+        for kind, op_type in (("check_numerics", "CheckNumerics"), ("assertion(s)", ASSERT_OP)):
+            named = sorted(n for n in new if self.user_graph.get_operation_by_name(n).type == op_type)
+            if named:
+                log_once("tfamp_rewrite: %d %s (e.g. '%s') wait for the loss scaling: a skipped "
+                         "step's gradients and an overflowing %s value are inf/nan by design, so "
+                         "%s fails the run only when its step was applied or the session cannot "
+                         "act on it" % (len(named), kind, named[0], self.dtype,
+                                        "a check" if op_type != ASSERT_OP else "an assertion"))
         self.deferred_checks |= now
 
     def _rewrite(self, graph_def, whole: bool):
