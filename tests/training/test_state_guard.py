@@ -8,6 +8,7 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 
 import tfamp_rewrite
 from tfamp_rewrite.training import devices
@@ -143,6 +144,34 @@ def test_batch_norm_moving_averages_stay_finite_through_a_heal(caplog):
     (said,) = [r.getMessage() for r in caplog.records if "write(s) to non-trainable state" in r.getMessage()]
     assert said.startswith("tfamp_rewrite: 2 write(s) to non-trainable state computed from float16 values")
     assert "e.g. 'batch_normalization/AssignMovingAvg" in said
+
+
+@pytest.mark.parametrize("resource", [False, True])
+def test_a_guarded_write_added_after_the_first_run_is_imported_with_its_guard(caplog, resource):
+    """Truncated BPTT builds its state-carry op for validation after training ran: the new
+    write's guard was left out of the import, and the run failed on a missing node."""
+    graph = tf.Graph()
+    with control_flow_v1(), graph.as_default():  # a reference variable's update in a TF1 cond
+        tf1.set_random_seed(0)
+        x = tf.constant(np.ones((4, 8), np.float32))
+        weight = tf1.get_variable("weight", [8, 8], use_resource=resource)
+        state = tf1.get_variable("state", initializer=tf.zeros([4, 8]), trainable=False,
+                                 use_resource=resource)
+        hidden = tf.matmul(x + state, weight)
+        loss = tf.reduce_mean(tf.square(hidden))
+        train = tf1.train.GradientDescentOptimizer(0.01)
+        train = tfamp_rewrite.LossScaleOptimizer(train, "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train)
+        with graph.as_default():
+            carry = tf1.assign(state, tf.tanh(hidden), name="carry")
+        expected = np.tanh(session.run(hidden))
+        session.run(carry)
+        np.testing.assert_allclose(session.run(state), expected, rtol=1e-2)
+    (said,) = [r.getMessage() for r in caplog.records if "write(s) to non-trainable state" in r.getMessage()]
+    assert "e.g. 'carry' to 'state')" in said
 
 
 def test_batch_norm_moving_averages_restore_from_a_checkpoint(tmp_path):

@@ -54,6 +54,7 @@ from .unscaled_training import unguarded_writes
 from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
+_HELPER_SCOPE = "/tfamp_"  # nodes added beside a user node: "<node>/tfamp_finite_only/...", ...
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
 # user graph -> its imports logged by _synced, over all its sessions (an evaluation loop
 # opening a Session per evaluation on a graph it grows each time)
@@ -179,10 +180,19 @@ class ShadowGraph:
         guarded = guard_state_writes(to_import, *self._state_variables(), through=converted)
         if guarded:
             log_once("tfamp_rewrite: %d write(s) to non-trainable state computed from %s values (batch-norm "
-                     "moving averages, a queue of keys, a memory bank; e.g. '%s') keep an entry's "
-                     "value where the value written is inf/nan: a skipped step's %s overflow would "
-                     "otherwise stay in that state for good, and evaluation return NaN long after "
-                     "the heal" % (len(guarded), self.dtype, guarded[0], self.dtype))
+                     "moving averages, a queue of keys, a memory bank; e.g. '%s' to '%s') keep an "
+                     "entry's value where the value written is inf/nan: a skipped step's %s overflow "
+                     "would otherwise stay in that state for good, and evaluation return NaN long "
+                     "after the heal" % (len(guarded), self.dtype, guarded[0],
+                                         self._written_variable(guarded[0]), self.dtype),
+                     key="guarded state writes")
+
+    def _written_variable(self, write: str) -> str:
+        """The name of the variable the user graph's ``write`` writes (its first input)."""
+        target = self.user_graph.get_operation_by_name(write).inputs[0].op
+        while target.type == "Identity" and target.inputs:
+            target = target.inputs[0].op
+        return target.name
 
     def _state_variables(self) -> Tuple[Set[str], Set[str]]:
         """``(variables, writes to leave)`` for state_guard.py: the user graph's
@@ -768,11 +778,13 @@ def _additions(rewritten_def, new: set, imported: set):
     rewrite; it is dropped and its consumers read the node directly, leaving
     ``reconcile_dtypes`` to cast according to the dtype the node really has.  Emulation's
     Casts (and RoundToHalf nodes) are float32 -> half -> float32 whatever the node's paint:
-    they are imported.
+    they are imported.  So are the nodes the session adds beside a new node (a state write's
+    guard, a deferred check's status: ``<node>/tfamp_...``).
     """
     additions, dropped = [], {}
     for node in rewritten_def.node:
-        if node.name in new or (node.name not in imported and is_emulation_node(node)):
+        if node.name in new or (node.name not in imported and (
+                is_emulation_node(node) or node.name.split(_HELPER_SCOPE, 1)[0] in new)):
             additions.append(node)
         elif node.name not in imported and node.op == "Cast" and node.name.endswith(CAST_SUFFIX):
             source, _ = parse_input(node.input[0])
