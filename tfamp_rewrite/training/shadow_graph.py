@@ -163,7 +163,8 @@ class ShadowGraph:
             log_once("tfamp_rewrite: %d histogram summar%s (e.g. '%s') leave%s non-finite values "
                      "out: TensorFlow's HistogramSummary fails a run on inf or nan, which a skipped "
                      "step's gradients and an overflowing float16 value are"
-                     % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""))
+                     % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""),
+                     key="histogram summaries filtered")
         return graph_def
 
     def _guard_state(self, to_import, result) -> None:
