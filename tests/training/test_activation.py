@@ -168,6 +168,44 @@ def test_automatic_loss_scaling_is_said_once_when_an_optimizer_first_scales(monk
     assert "'Momentum' (MomentumOptimizer)" in line and "from 32768" in line and "2000 finite" in line
 
 
+@pytest.mark.parametrize("later", ["GradientDescent", "Adam"])
+def test_an_optimizer_built_after_the_first_run_trains_without_initializing_its_loss_scale(
+        monkeypatch, caplog, later):
+    """EWC's reference code builds a GradientDescentOptimizer for each task's objective after
+    global_variables_initializer: float32 needs no initializer for it, and under automatic
+    loss scaling its step failed on an uninitialized loss scale.  A later Adam needs the
+    program's own initializer, which then initializes the loss scale again, harmlessly."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.ones([8, 4], np.float32))
+        w = tf1.Variable(tf.ones([4, 1]), name="w")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
+        first = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(first)
+        with graph.as_default():
+            optimizer = getattr(tf1.train, later + "Optimizer")(0.01)
+            second = optimizer.minimize(loss + 0.1 * tf.reduce_sum(tf.square(w)))
+            scales = [v for v in optimizer.variables() if "current_loss_scale" in v.name]
+            slots = tf1.variables_initializer([v for v in optimizer.variables() if v not in scales])
+        if later == "Adam":
+            session.run(slots)
+        before = session.run(w)
+        for _ in range(6):
+            session.run(second)
+        assert (session.run(w) != before).all()  # steps applied once the scale fell
+        assert 1 <= session.run(scales)[0] < 2.0 ** 15
+    said = [r.getMessage() for r in caplog.records if "the session initialized the loss scale" in r.getMessage()]
+    assert len(said) == 1 and "('%s')" % scales[0].op.name in said[0]
+
+
 def _program_scaled_regression(scale_by, through):
     """A regression whose program scales its loss itself (``scale_by``: "constant", 65536,
     or "variable", a non-trainable 32768 its code would halve and double) and divides the

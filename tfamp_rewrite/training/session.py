@@ -51,6 +51,7 @@ from .checkpoint_heals import (
 )
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
+from .late_loss_scales import LateLossScales
 from .devices import (
     log_once,
     session_dtype,
@@ -90,6 +91,7 @@ class _RewritingSession:
             self._shadow.excluded_by_name = session_nodes_to_exclude(nodes_to_exclude)
         self._watch = self._make_watch(auto_fix_setting(auto_fix))
         self._checks = DeferredChecks(self._shadow) if self._shadow is not None else None
+        self._late_scales = LateLossScales(self._user_graph, self._shadow)
         self._checkpoints = CheckpointRuns()
         self._restored_heals: List[dict] = []  # heal records beside the checkpoints it restored
         self._mapped_runs = {}  # _run_key -> (shadow generation, _MappedRun)
@@ -184,8 +186,10 @@ class _RewritingSession:
         raise user_error  # out of the handler, so that it reads as TensorFlow's own
 
     def _sync(self) -> None:
-        """Brings the private graph up to date, and what the unscaled-training watch knows."""
+        """Brings the private graph up to date, and what the unscaled-training watch knows;
+        initializes the loss scales of steps built since the first run (late_loss_scales.py)."""
         self._shadow.sync()
+        self._late_scales.after_sync(self._run_private)
         self._unscaled.graph_changed(self._user_graph, self._shadow.dtype, self._shadow.converted_now,
                                      self._shadow.unguarded_writes, self._shadow.guarded_writes)
 
@@ -343,6 +347,7 @@ class _RewritingSession:
         or hid inf/nan, whose origin, once found, is healed (a NanTensorHook waits meanwhile).
         ``infers``: False for a run of no step that accumulates loss-scaled gradients
         (``InferenceWatch.adds_scaled_gradients``), which the inference watch leaves alone."""
+        self._late_scales.ran()
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
             self._checks.after_run(checks[0], statuses, skipped)
