@@ -202,7 +202,8 @@ def test_an_optimizer_built_after_the_first_run_trains_without_initializing_its_
             session.run(second)
         assert (session.run(w) != before).all()  # steps applied once the scale fell
         assert 1 <= session.run(scales)[0] < 2.0 ** 15
-    said = [r.getMessage() for r in caplog.records if "the session initialized the loss scale" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records
+            if "the session initialized the loss scale" in r.getMessage()]
     assert len(said) == 1 and "('%s')" % scales[0].op.name in said[0]
 
 

@@ -27,7 +27,7 @@ from .step_signals import step_signals
 class LateLossScales:
     """One session's watch over loss scales made after its first run (module docstring)."""
 
-    def __init__(self, user_graph: tf.Graph, shadow):
+    def __init__(self, user_graph, shadow):
         self.user_graph = user_graph
         self.shadow = shadow
         self._known = 0  # how many of the user graph's step signals this watch looked at

@@ -51,7 +51,6 @@ from .checkpoint_heals import (
 )
 from .checkpoint_restore import restore_feeds
 from .deferred_checks import DeferredChecks
-from .late_loss_scales import LateLossScales
 from .devices import (
     log_once,
     session_dtype,
@@ -61,6 +60,7 @@ from .devices import (
 )
 from .heal_memory import HEAL_FILE_ENV, healed_in_this_process, read_heal_file, remember_healed
 from .inference_watch import InferenceWatch
+from .late_loss_scales import LateLossScales
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .run_plans import ORIGIN
 from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
