@@ -42,7 +42,7 @@ from ..doctor.fixes import added_by_the_plugin
 from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
-from .devices import first_time, nodes_to_exclude_setting
+from .devices import first_time, log_once, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .loss_scale import INITIAL_LOSS_SCALE_ENV
 from .op_walks import ancestors
@@ -191,7 +191,6 @@ class StepWatch:
         self._said_variables = False  # weights holding inf/nan: said once
         self._said_feeds = False      # fed values holding inf/nan: said once
         self._said_float32_origin = False  # an inf/nan float32 makes itself: said once
-        self._said_unwatched = False  # steps inside TF1 control flow: said once
         self._last_scales: Dict[int, Tuple[float, bool]] = {}  # per step: its last scale, applied
         self._said_reset = False      # a loss scale set back from outside: said once
         self._probed_kinds: set = set()  # the probe bundles fetched so far (each a new kind of run)
@@ -287,14 +286,12 @@ class StepWatch:
         if not unwatched:
             return
         _record_step_run(None)
-        if not self._said_unwatched:
-            self._said_unwatched = True
-            _logger.warning(
-                "tfamp_rewrite: a loss-scaled step runs inside a TF1 tf.while_loop (its finite "
-                "flag %r cannot be fetched there), so this session does not see its skipped "
-                "steps: they are not said, diagnosed or healed, though the loss scale still "
-                "falls on each. Call apply_gradients outside the loop to have them watched "
-                "(said once)" % signals[unwatched[0]].all_finite.name)
+        log_once(
+            "tfamp_rewrite: a loss-scaled step runs inside a TF1 tf.while_loop (its finite "
+            "flag %r cannot be fetched there), so sessions do not see its skipped "
+            "steps: they are not said, diagnosed or healed, though the loss scale still "
+            "falls on each. Call apply_gradients outside the loop to have them watched "
+            "(said once)" % signals[unwatched[0]].all_finite.name, key="a step in a while loop")
 
     def _guard(self, signal) -> SkipGuard:
         guard = self._guards.get(id(signal))
