@@ -266,6 +266,28 @@ def test_a_loss_the_program_scales_itself_is_not_scaled_again(monkeypatch, caplo
     assert len(owned) == (1 if through == "compute_gradients" else 0)
 
 
+class _PCGradLike(tf1.train.GradientDescentOptimizer):
+    """PCGrad's reference pattern: a compute_gradients of its own, calling tf.gradients."""
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        var_list = var_list or tf1.trainable_variables()
+        return list(zip(tf.gradients(loss, var_list), var_list))
+
+
+def test_an_optimizer_with_its_own_compute_gradients_is_told_where_its_loss_goes_unscaled(
+        monkeypatch, caplog):
+    """The program calls opt.compute_gradients: the line told it to use compute_gradients."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        _train_step_graph(make_optimizer=lambda: _PCGradLike(0.1))
+    (line,) = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
+    assert "_PCGradLike.compute_gradients is the program's own" in line
+    assert "super().compute_gradients" in line and "rather than compute_gradients" not in line
+
+
 class _LarsLike(tf1.train.Optimizer):
     """SimCLR's LARS pattern: an apply_gradients of its own that makes its momentum with
     tf.get_variable and assigns the new values, calling no apply_gradients."""

@@ -51,6 +51,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+from typing import Optional
 
 import tensorflow as tf
 
@@ -339,6 +340,16 @@ def _tensors_of(grads):
     return [getattr(g, "values", g) for g in grads if g is not None]
 
 
+def _own_compute_gradients(optimizer) -> Optional[str]:
+    """The name of the class of ``optimizer``'s that defines a ``compute_gradients`` of its
+    own (PCGrad's, a DP optimizer's), or None when it is TensorFlow's."""
+    for klass in type(optimizer).__mro__:
+        if "compute_gradients" in vars(klass):
+            module = getattr(klass, "__module__", "") or ""
+            return None if module.startswith(("tensorflow", "tfamp_rewrite")) else klass.__name__
+    return None
+
+
 def _taken_from_accumulators(grads):
     """True if ``grads`` come from gradient accumulators (``SyncReplicasOptimizer``).
 
@@ -612,6 +623,18 @@ class LossScaleOptimizer(_tf.train.Optimizer):
                 "multiplied: the steps it skips lower this optimizer's scale, not that one, so "
                 "they recover only as that optimizer's own skipped steps lower it. Compute and "
                 "apply the gradients with the same optimizer.")
+            return
+        own = _own_compute_gradients(self._optimizer)
+        if own is not None:
+            log_once(
+                "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss: "
+                "%s.compute_gradients is the program's own and does not call Optimizer."
+                "compute_gradients, which the loss scaling multiplies the loss in, so loss "
+                "scaling cannot keep small float16 gradients from flushing to zero; only "
+                "non-finite steps are skipped. Have it compute them with super().compute_"
+                "gradients(loss, ...) (or the wrapped optimizer's), or keep the nodes whose "
+                "gradients flush float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE" % own,
+                key="unscaled loss: own compute_gradients")
             return
         log_once(
             "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss "
