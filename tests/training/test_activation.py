@@ -550,13 +550,14 @@ def test_deactivate_restores_tensorflow_exactly():
 
 
 @pytest.mark.parametrize("use", ["adversarial_example", "counted_by_a_metric", "kept_in_a_variable",
-                                 "scaled_by_the_user", "training_step"])
+                                 "scaled_by_the_user", "training_step", "accumulated_then_applied"])
 def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, use):
     """FGSM: tf.gradients(loss, x) in float16 with no loss scale loses its small entries; the
     first run computing it says so -- also where a metric counts the attack's hits or a
     non-trainable variable keeps the perturbation, which update no model (their writes hid
     it).  Not when the user followed the advice (the loss times 1024), nor for the same
-    model's loss-scaled training step, whose gradients an optimizer applies."""
+    model's loss-scaled training step, whose gradients an optimizer applies, nor for
+    gradients accumulated into a variable that a step applies."""
     from tfamp_rewrite.training import devices
 
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
@@ -581,6 +582,12 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
             (gradient,) = tf1.gradients(loss, [x])
             delta = tf1.get_variable("delta", [8, 16], trainable=False, initializer=tf1.zeros_initializer())
             fetch = tf1.assign(delta, 0.1 * tf.sign(gradient))
+        elif use == "accumulated_then_applied":  # over runs, into a variable a step applies
+            (gradient,) = tf1.gradients(loss, [w])
+            total = tf1.get_variable("total", [16, 4], trainable=False, initializer=tf1.zeros_initializer())
+            fetch = tf1.assign_add(total, gradient)
+            tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).apply_gradients(
+                [(total / 2.0, w)])
         else:
             fetch = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1)).minimize(loss)
         init = [tf1.global_variables_initializer(), tf1.local_variables_initializer()]
@@ -593,7 +600,8 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
             for _ in range(2):
                 session.run(fetch, feed)
     said = [r.getMessage() for r in caplog.records if "uses them as values" in r.getMessage()]
-    assert len(said) == (0 if use in ("scaled_by_the_user", "training_step") else 1), said
+    assert len(said) == (0 if use in ("scaled_by_the_user", "training_step", "accumulated_then_applied")
+                         else 1), said
     # and it tells a flushed gradient from one a perturbation below half's resolution zeroes
     assert all("VAT's x + 1e-6 * d" in line for line in said)
     # the setting that keeps the call float32 comes first, with the call's own scope

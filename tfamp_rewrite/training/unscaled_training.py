@@ -204,21 +204,23 @@ def _losses_of(graph, scope: str) -> List:
 
 def _reaches_an_update(ops) -> bool:
     """Whether the values of ``ops`` flow into an optimizer's update, an assignment to a
-    trainable variable, or a loss-scaled optimizer's finite check, other than past a
+    trainable variable or to a gradient accumulator (gradient_accumulation.py: a step
+    applies what it holds), or a loss-scaled optimizer's finite check, other than past a
     ``stop_gradient``.  A metric's counts (``tf.metrics.accuracy`` of an FGSM attack) and an
     attack's perturbation kept in a non-trainable variable update no model."""
     def readers(op):
         return [] if op.type in _GRADIENT_STOPS else [c for t in op.outputs for c in t.consumers()]
 
     reached = reachable(ops, readers)
-    trainable = None
+    updated = None
     for op in reached:
         if _UPDATE_OP.match(op.type) or _FINITE_CHECK in op.name:
             return True
         if op.type in _ASSIGN_OPS and op.inputs:
-            if trainable is None:
-                trainable = {v.op.name for v in op.graph.get_collection("trainable_variables")}
-            if _variable_op(op.inputs[0]).name in trainable:
+            if updated is None:
+                updated = {v.op.name for v in op.graph.get_collection("trainable_variables")}
+                updated |= gradient_accumulators(op.graph)
+            if _variable_op(op.inputs[0]).name in updated:
                 return True
     return False
 
