@@ -2189,3 +2189,31 @@ def test_a_training_graph_resumed_with_import_meta_graph_keeps_its_step_watch(ca
             heals = session.heals
     assert any("a training step was skipped" in r.getMessage() for r in caplog.records)
     assert heals and "inference" not in heals[0].trajectory
+
+
+def test_an_ensembles_members_that_skip_alike_are_each_said(caplog):
+    """Members of an ensemble, each with its own optimizer and loss scale, skip alike: the
+    lines named only the first, as if one member alone had a scale too high."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full([8, 8], 8.0, np.float32))
+        trains = []
+        for scope in ("member0", "member1"):
+            with tf1.variable_scope(scope):
+                w = tf1.get_variable("w", initializer=np.full([8, 1], 0.5, np.float32))
+            loss = tf.reduce_sum(tf.square(tf.matmul(x, w))) / 2.0
+            opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+            trains.append(opt.minimize(loss, var_list=[w]))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(30):
+                session.run(trains)
+    (said,) = [r.getMessage() for r in caplog.records if "a training step was skipped" in r.getMessage()]
+    assert ("(the step updating 'member0/w'; in the same run 1 other optimizer's step too, each "
+            "with its own loss scale)") in said
+    settled = [r.getMessage() for r in caplog.records if "fell far enough" in r.getMessage()]
+    assert len(settled) == 2
+    assert "(those updating 'member0/w')" in settled[0] and "(those updating 'member1/w')" in settled[1]
+    assert "their own loss scale fell far enough too" in settled[1]

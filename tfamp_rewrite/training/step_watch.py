@@ -197,6 +197,7 @@ class StepWatch:
         self._probing_since: Optional[Tuple[float, int]] = None  # a first probed run: (start, probes)
         self._skipped_for_good = 0    # runs in a row whose every step skipped for good
         self._said_frozen = False     # training frozen: said once
+        self._settled_steps: set = set()  # ids of the signals whose settled scale was said
         self._constants_seen: Optional[Tuple[int, List[str]]] = None  # (version, inf/nan constants)
 
     # -- before a run ----------------------------------------------------------------------
@@ -324,15 +325,17 @@ class StepWatch:
             signals = step_signals(self.shadow.user_graph)
             steps = steps_that_ran(extra_values["steps"])
             losses_not_finite = _losses_not_finite(extra_values["steps"])
+            several = len(signals) > 1
             for i, (all_finite, scale) in steps.items():
                 guard = self._guard(signals[i])
                 self._note_scale(i, float(scale), bool(all_finite), signals[i].loss_scale)
                 ended = guard.observe(float(scale), bool(all_finite), loss_finite=i not in losses_not_finite)
                 if not all_finite:
-                    self._say_first_skip(float(scale), signals[i], len(signals) > 1,
+                    others = sum(1 for j, (finite, _) in steps.items() if j != i and not finite)
+                    self._say_first_skip(float(scale), signals[i], several, others,
                                          loss_finite=i not in losses_not_finite)
                 elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
-                    self._say_settled(ended, float(scale), _whose_steps(signals[i], len(signals) > 1))
+                    self._say_settled(ended, float(scale), signals[i], several)
             if self.monitor is not None and steps:
                 self._sample(dict(extra_values, steps=steps), ids)
             if "probes" in extra_values:
@@ -593,13 +596,19 @@ class StepWatch:
                 "with a Saver (the heals are written beside it, %s), or with %s=path set in both, "
                 "which this one then writes (said once)" % (HEALS_BESIDE_CHECKPOINTS, HEAL_FILE_ENV))
 
-    def _say_first_skip(self, scale: float, signal, several: bool, loss_finite: bool = True) -> None:
+    def _say_first_skip(self, scale: float, signal, several: bool, others: int = 0,
+                        loss_finite: bool = True) -> None:
         """Said once per process: a sweep's every trial, a k-fold's every session skips its
-        first steps alike."""
+        first steps alike.  ``others``: how many other optimizers' steps skipped in the run
+        (an ensemble's members, each its own loss scale)."""
         if self._said_skip or not first_time("a training step was skipped"):
             return
         self._said_skip = True
         which = _whose_steps(signal, several, "the step")
+        if others:
+            also = "in the same run %d other optimizer%s step%s too, each with its own loss scale" % (
+                others, "s'" if others > 1 else "'s", "s" if others > 1 else "")
+            which = which[:-1] + "; " + also + ")" if which else " (" + also + ")"
         if loss_finite:
             then = "a long run of such steps is diagnosed"
         else:
@@ -610,10 +619,21 @@ class StepWatch:
                  "which counts applied steps only) and the scale was lowered; %s (said once)"
                  % (which, scale, then))
 
-    def _say_settled(self, episode, scale: float, which: str = "") -> None:
-        if self._said_settled or not first_time("the loss scale settled"):
+    def _say_settled(self, episode, scale: float, signal, several: bool) -> None:
+        """Said once per process; where several optimizers of this session's graph settle
+        (an ensemble's members), each other one then gets a line of its own, once."""
+        which = _whose_steps(signal, several)
+        if self._said_settled:
+            if several and id(signal) not in self._settled_steps:
+                self._settled_steps.add(id(signal))
+                log_info("tfamp_rewrite: training steps%s were skipped until their own loss scale "
+                         "fell far enough too: %s, then steps applied at %g (said once per "
+                         "optimizer)" % (which, episode.trajectory(), scale))
+            return
+        if not first_time("the loss scale settled"):
             return
         self._said_settled = True
+        self._settled_steps.add(id(signal))
         _logger.warning(
             "tfamp_rewrite: training steps%s were skipped until the loss scale fell far enough: %s, "
             "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
