@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 
 import tfamp_rewrite
 from tfamp_rewrite.training import devices
@@ -96,6 +97,27 @@ def test_a_running_maximum_is_traced_past_the_nodes_passing_it_to_the_one_that_r
     assert set(setting.split(",")) == {"^Maximum$", "^Max$", "^act$", "^MatMul$"}
     monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, setting)
     assert calibrated() == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_value_leaving_a_tf1_while_loop_is_traced_into_the_loop(caplog):
+    """A Gibbs chain run in tf.while_loop and stored with tf.assign: the line named the
+    loop's Exit as the node computing the value, and its setting changed nothing."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        rng = np.random.RandomState(0)
+        weights = tf1.Variable(rng.normal(0, 0.3, [16, 16]).astype(np.float32), name="weights")
+        chain = tf1.Variable(rng.normal(0, 1, [8, 16]).astype(np.float32), trainable=False, name="chain")
+        _, last = tf1.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tf.tanh(tf.matmul(v, weights))),
+                                 [tf.constant(0), chain.read_value()])
+        store = tf1.assign(chain, last, name="store")
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(store.op)
+    (line,) = [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+    assert "a value float16 computes ('while/Tanh', Tanh, converted)" in line
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1).split(",")
+    assert "^while/Tanh$" in setting and "^while/Exit_1$" in setting
 
 
 def test_an_average_float32_computes_is_not_said(caplog):

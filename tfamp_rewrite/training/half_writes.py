@@ -31,7 +31,10 @@ _DT_FLOAT = 1  # types_pb2.DT_FLOAT
 # write names the node computing the value, past them
 _PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Transpose", "Relu", "Relu6",
                            "Maximum", "Minimum", "Max", "Min", "ClipByValue", "Abs", "Neg", "Select",
-                           "SelectV2", "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Tile"})
+                           "SelectV2", "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Tile",
+                           # a TF1 loop's or cond's value passes through its frame's nodes
+                           "Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch",
+                           "RefSwitch", "NextIteration", "RefNextIteration"})
 
 
 class HalfWrite(NamedTuple):
