@@ -8,6 +8,7 @@ cond's ops out where TensorFlow's version refuses the graph.
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -286,3 +287,24 @@ def test_a_partial_run_says_its_checks_are_not_evaluated_once(caplog):
             session.partial_run(handle, checked, parts["feed"])
     (line,) = said(caplog, "not evaluated in partial runs")
     assert "and 1 more are not evaluated" in line and "their statuses cannot be fetched" in line
+
+
+def test_an_evaluations_deferred_assertion_failing_below_half_nodes_is_said(caplog):
+    """tf.metrics.auc checks its predictions lie in [0, 1]: in a graph that also trains, the
+    check is deferred, and an evaluation whose half logits overflowed still fails the run
+    with TensorFlow's error, said as where it is not deferred."""
+    with control_flow_v1():
+        parts = summed_loss_net()
+        with parts["graph"].as_default():
+            logits = tf.matmul(parts["x"], tf.ones([32, 1]), name="logits")
+            predictions = tf.sigmoid(logits - tf1.reduce_max(logits))  # inf - inf: NaN in float16
+            _, update = tf1.metrics.auc(tf.ones([64, 1]), predictions)
+            local_init = tf1.local_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run([parts["init"], local_init])
+        with pytest.raises(tf.errors.InvalidArgumentError, match="predictions must be in"):
+            session.run(update, {"x:0": np.full([64, 32], 2.0 ** 11, np.float32)})  # 2**16: inf
+    assert len(said(caplog, "assertion(s) (e.g. 'auc/assert_")) == 1  # deferred
+    (line,) = said(caplog, "nodes lie upstream of")
+    assert re.search(r"failed in the assertion 'auc/assert_(less|greater)_equal/Assert/", line)

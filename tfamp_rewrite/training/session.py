@@ -350,7 +350,12 @@ class _RewritingSession:
         self._late_scales.ran()
         if checks is not None:
             skipped = step_watch.skipped_while_recovering_since(self._user_graph, steps_before)
-            self._checks.after_run(checks[0], statuses, skipped)
+            try:
+                self._checks.after_run(checks[0], statuses, skipped)
+            except tf.errors.InvalidArgumentError as error:
+                if step_watch.step_runs_so_far() == steps_before:  # an evaluation's, as if not deferred
+                    self._inference.after_failure(error, [self._shadow.private_fetch(error.op)])
+                raise
         if step_watch.step_runs_so_far() == steps_before:
             if not infers:
                 return
