@@ -71,6 +71,30 @@ def test_an_overflow_hidden_by_argmax_is_said_once_and_changes_nothing(caplog):
     assert "returned inf/nan" not in caplog.text
 
 
+@pytest.mark.parametrize("resource", [False, True])
+def test_an_overflow_a_hand_written_update_stores_is_said_and_healed(caplog, resource):
+    """EM's M-step stores a second moment with tf.assign, fetched only as an op: its half
+    MatMul overflowed, the variable held inf for good, and nothing was said."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        weights = tf1.placeholder(tf.float32, [None, 2], name="weights")
+        moment = tf1.get_variable("moment", initializer=tf.ones([2, 4]), use_resource=resource)
+        second = tf.matmul(weights, tf.square(x), transpose_a=True, name="second_moment")
+        store = tf1.assign(moment, second / 1000.0, name="store")
+        init = tf1.global_variables_initializer()
+    feed = {"x:0": np.full([1000, 4], 100.0, np.float32), "weights:0": np.full([1000, 2], 0.5, np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(4):
+            session.run(store.op, feed)
+        stored = session.run(moment)
+        assert session.heals and session.heals[0].nodes == ["second_moment"]
+    np.testing.assert_allclose(stored, np.full([2, 4], 5000.0))  # float32's, once healed
+    (line,) = hidden_lines(caplog)
+    assert "computed inf/nan in 'truediv:0', read by 'store' (" in line
+
+
 def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):
     from tfamp_rewrite.training import inference_watch
 

@@ -37,6 +37,12 @@ HIDING_OPS = {
     # A clip turns -inf into its bound: squared distances as |a|^2 + |b|^2 - 2ab, clipped at
     # 0 (metric learning's pairwise distances), are 0 where the half Gram matrix overflowed.
     "Maximum": (0, 1), "Minimum": (0, 1), "ClipByValue": (0,),
+    # A hand-written update (EM's M-step, k-means' centroids, a stored covariance) keeps an
+    # overflow in its variable, unseen until later runs read it back.
+    "Assign": (1,), "AssignAdd": (1,), "AssignSub": (1,), "AssignVariableOp": (1,),
+    "AssignAddVariableOp": (1,), "AssignSubVariableOp": (1,), "ScatterUpdate": (2,),
+    "ScatterAdd": (2,), "ScatterSub": (2,), "ResourceScatterUpdate": (2,), "ResourceScatterAdd": (2,),
+    "ResourceScatterSub": (2,),
 }
 _SCOPE = "tfamp_hidden_non_finite"
 
