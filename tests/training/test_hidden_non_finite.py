@@ -95,6 +95,35 @@ def test_an_overflow_a_hand_written_update_stores_is_said_and_healed(caplog, res
     assert "computed inf/nan in 'truediv:0', read by 'store' (" in line
 
 
+def test_later_runs_reading_a_variable_an_overflow_was_stored_in_are_told_where_it_came_from(caplog):
+    """EM by hand: the M-step's half MatMul overflowed into the variance variable, and every
+    later run's log-likelihood is NaN from float32's 1 / var -- which was said to show that
+    mixed precision did not cause it."""
+    data = np.random.RandomState(0).normal(60.0, 10.0, [2000, 3]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 3], name="x")
+        variance = tf1.Variable(np.tile(data.var(0), (2, 1)), name="variance")
+        log_p = (-0.5 * tf.matmul(tf.square(x), 1.0 / variance, transpose_b=True, name="e_step")
+                 - 0.5 * tf.reduce_sum(tf1.log(variance), 1))
+        responsibilities = tf.nn.softmax(log_p)
+        log_likelihood = tf.reduce_mean(tf.reduce_logsumexp(log_p, 1))
+        moment = tf.matmul(responsibilities, tf.square(x), transpose_a=True, name="m_step")
+        m_step = tf.group(tf1.assign(variance, moment / tf.reduce_sum(responsibilities, 0)[:, None],
+                                     name="store"))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(12):
+            session.run([log_likelihood, m_step], {"x:0": data})
+    lines = ours(caplog)
+    assert "mixed precision did not cause it" not in caplog.text
+    (stored,) = [line for line in lines if "starts in variable 'variance'" in line]
+    assert "the write 'store' of the run said above stored float16's inf/nan in it" in stored
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^e_step$,^m_step$'" in stored
+    assert lines[-1] == stored  # nothing more is watched: every later run reads it
+
+
 def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):
     from tfamp_rewrite.training import inference_watch
 

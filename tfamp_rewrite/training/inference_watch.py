@@ -156,7 +156,8 @@ class InferenceWatch:
         if hidden is not None and hidden.kind == ORIGIN:
             found = self.search.after_run(hidden, hidden_statuses,
                                           _non_finite_leaf(fetches, values) is not None)
-            if self.search.ended_without_origin:  # watch again, but not that node
+            if self.search.ended_without_origin and not self.search.kept_for_good:
+                # watch again, but not that node
                 self.search.ended_without_origin, self.said = False, False
                 self._not_float16.add(self.search.said_node)
             return found

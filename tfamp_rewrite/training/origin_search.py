@@ -42,6 +42,9 @@ from .variable_check import VARIABLE_OPS
 from .while_loops import while_loops
 
 ORIGIN_RUNS = 8  # runs that look for the origin, once inf/nan was said
+_WRITES = {"Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp",
+           "AssignSubVariableOp", "ScatterUpdate", "ScatterAdd", "ScatterSub", "ResourceScatterUpdate",
+           "ResourceScatterAdd", "ResourceScatterSub"}
 
 
 class OriginSearch:
@@ -54,6 +57,8 @@ class OriginSearch:
         self._runs_left = 0              # runs left to look
         self._again_after_heal = False   # healed: a run returning inf/nan again starts again
         self._healed = False             # a heal followed one of its finds
+        self._stored: Optional[Tuple[str, str]] = None  # (write, variable) the said value went to
+        self.kept_for_good = False  # found in a variable that keeps it: nothing more to watch
         self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
         # the search ended finding no origin in float16 (float32's own, or it did not recur):
         # the session watches its runs again (InferenceWatch.after_run)
@@ -71,6 +76,18 @@ class OriginSearch:
         name = getattr(said, "tensor", None) or getattr(said, "name", said)
         self._said_node = name.split(":")[0] if isinstance(name, str) and name else None
         self._runs_left = ORIGIN_RUNS
+        self._stored = self._stored_by(said)
+
+    def _stored_by(self, said) -> Optional[Tuple[str, str]]:
+        """``(write, variable)`` when ``said`` is a value a write of the user graph stores (a
+        ``Hidden`` entry read by one): the variable keeps that inf/nan for the later runs."""
+        if getattr(said, "reader_op", None) not in _WRITES or not has_operation(
+                self.shadow.user_graph, said.reader):
+            return None
+        target = self.shadow.user_graph.get_operation_by_name(said.reader).inputs[0].op
+        while target.type == "Identity" and target.inputs:
+            target = target.inputs[0].op
+        return (said.reader, target.name) if target.type in VARIABLE_OPS else None
 
     def active(self) -> bool:
         """Whether runs are to look: inf/nan was said, its origin was not, and fewer than
@@ -209,6 +226,10 @@ class OriginSearch:
         if self._runs_left > 0:
             return
         self.ended_without_origin = True
+        if self._stored is not None and origin.kind != FED and self._reads(origin.node, self._stored[1]):
+            self._say_stored(origin)
+            self.kept_for_good = True
+            return
         variable = origin.kind != FED and self._variable_value(origin.node)
         if variable and self._healed:
             log_once("tfamp_rewrite: the inf/nan of this session's runs now starts outside %s: "
@@ -225,6 +246,28 @@ class OriginSearch:
                                   else "the float32 value", origin.tensor, self.shadow.dtype,
                                   " in these runs (a write of an earlier run put it in variable %r)"
                                   % variable if variable else ""))
+
+    def _say_stored(self, origin: Origin) -> None:
+        """Says that the float32 ``origin`` of the later runs' inf/nan reads the variable a
+        write stored the said inf/nan in, and which half nodes computed that value."""
+        write, variable = self._stored
+        graph, converted = self.shadow.user_graph, self.shadow.converted_now()
+        half = sorted(op.name for op in ancestors([graph.get_operation_by_name(write)])
+                      if op.name in converted)
+        log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in variable %r, "
+                 "which the float32 value %r reads: the write %r of the run said above stored "
+                 "%s's inf/nan in it (an update no loss scaling skips), and the variable keeps it "
+                 "for good, so mixed precision did cause it. Keep the %d %s node(s) computing that "
+                 "value float32 (%s) and start again from values saved before (said once)"
+                 % (variable, origin.tensor, write, self.shadow.dtype, len(half), self.shadow.dtype,
+                    nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
+
+    def _reads(self, node: str, variable: str) -> bool:
+        """Whether user node ``node`` is computed from ``variable``'s value."""
+        if not has_operation(self.shadow.user_graph, node):
+            return False
+        user_op = self.shadow.user_graph.get_operation_by_name(node)
+        return any(op.name == variable for op in ancestors([user_op]))
 
     def _variable_value(self, node: str) -> Optional[str]:
         """The variable whose value user node ``node`` is (the variable, or its read), or None."""
