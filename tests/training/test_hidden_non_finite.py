@@ -124,6 +124,30 @@ def test_later_runs_reading_a_variable_an_overflow_was_stored_in_are_told_where_
     assert lines[-1] == stored  # nothing more is watched: every later run reads it
 
 
+def test_a_value_a_setup_run_stored_is_traced_from_the_runs_reading_it(caplog):
+    """A covariance stored once, then read by power iteration: the search looked only at
+    runs computing the write, which none did, and ended having found nothing."""
+    data = np.random.RandomState(0).normal(0.0, 10.0, [2000, 8]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        covariance = tf1.Variable(tf.zeros([8, 8]), trainable=False, name="covariance")
+        setup = tf1.assign(covariance, tf.matmul(x, x, transpose_a=True, name="gram") / 2000.0, name="setup")
+        vector = tf1.Variable(tf.ones([8, 1]) / np.sqrt(8.0), name="vector")
+        product = tf.matmul(covariance, vector, name="product")
+        power_step = tf1.assign(vector, product / tf.norm(product), name="power_step")
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        session.run(setup, {"x:0": data})
+        for _ in range(20):
+            session.run(power_step.op)
+    (stored,) = [line for line in ours(caplog) if "starts in variable" in line]
+    assert "starts in variable 'covariance'" in stored and "the write 'setup'" in stored
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^gram$'" in stored
+    assert "mixed precision did not cause it" not in caplog.text
+
+
 def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):
     from tfamp_rewrite.training import inference_watch
 

@@ -80,14 +80,18 @@ class OriginSearch:
 
     def _stored_by(self, said) -> Optional[Tuple[str, str]]:
         """``(write, variable)`` when ``said`` is a value a write of the user graph stores (a
-        ``Hidden`` entry read by one): the variable keeps that inf/nan for the later runs."""
-        if getattr(said, "reader_op", None) not in _WRITES or not has_operation(
-                self.shadow.user_graph, said.reader):
+        ``Hidden`` entry read by one, or the write's fetched output): the variable keeps
+        that inf/nan for the later runs."""
+        graph = self.shadow.user_graph
+        write = getattr(said, "reader", None) if hasattr(said, "reader_op") else self._said_node
+        if write is None or not has_operation(graph, write):
             return None
-        target = self.shadow.user_graph.get_operation_by_name(said.reader).inputs[0].op
+        if graph.get_operation_by_name(write).type not in _WRITES:
+            return None
+        target = graph.get_operation_by_name(write).inputs[0].op
         while target.type == "Identity" and target.inputs:
             target = target.inputs[0].op
-        return (said.reader, target.name) if target.type in VARIABLE_OPS else None
+        return (write, target.name) if target.type in VARIABLE_OPS else None
 
     def active(self) -> bool:
         """Whether runs are to look: inf/nan was said, its origin was not, and fewer than
@@ -133,7 +137,8 @@ class OriginSearch:
 
     def _computes_said_node(self, elements, fed=()) -> bool:
         """Whether a run of ``elements`` (private graph) computes the node whose inf/nan was
-        said (True when that is not known): only such runs look for its origin, and count
+        said, or reads the variable it was stored in (True when that is not known): only
+        such runs look for its origin, and count
         towards the ``ORIGIN_RUNS`` the search lasts -- a training loop that never computes
         a feature extractor fetched once neither finds nor rules out its overflow."""
         if self._said_node is None:
@@ -141,10 +146,11 @@ class OriginSearch:
         names = tuple(getattr(e, "name", str(e)) for e in elements)
         key = (self.shadow.private_name(""), self._said_node, names, tuple(sorted(t.name for t in fed)))
         known = self._computes_said.get(key)
-        if known is None:
-            private = self.shadow.private_name(self._said_node)
+        if known is None:  # or reads the variable the said value was stored in
+            private = {self.shadow.private_name(name) for name in
+                       [self._said_node] + ([self._stored[1]] if self._stored else [])}
             known = self._computes_said[key] = any(
-                op.name == private for op in ancestors(elements, {t.name for t in fed}))
+                op.name in private for op in ancestors(elements, {t.name for t in fed}))
         return known
 
     def after_run(self, plan, statuses, returned_non_finite: bool
@@ -181,7 +187,7 @@ class OriginSearch:
         if not keep:  # fed or float32 -- a half node may still overflow on its own beside it
             own = [each for each in independent if each.nodes_to_keep()]
             if not own:
-                self._outside_float16(origin)
+                self._outside_float16(origin, independent)
                 return None
             origin, keep = own[0], own[0].nodes_to_keep()
         self._runs_left = 0
@@ -217,7 +223,7 @@ class OriginSearch:
                      self.list_edit(keep)))
         return origin, keep
 
-    def _outside_float16(self, origin: Origin) -> None:
+    def _outside_float16(self, origin: Origin, independent: List[Origin] = ()) -> None:
         """A run whose inf/nan starts in a fed or float32 value, no half node overflowing on
         its own: it rules nothing out -- an L-BFGS loop feeds back the NaN image an earlier
         run returned -- so the search goes on over the next runs, and says, when they end
@@ -226,8 +232,10 @@ class OriginSearch:
         if self._runs_left > 0:
             return
         self.ended_without_origin = True
-        if self._stored is not None and origin.kind != FED and self._reads(origin.node, self._stored[1]):
-            self._say_stored(origin)
+        from_stored = [each for each in [origin, *independent] if self._stored is not None
+                       and each.kind != FED and self._reads(each.node, self._stored[1])]
+        if from_stored:
+            self._say_stored(from_stored[0])
             self.kept_for_good = True
             return
         variable = origin.kind != FED and self._variable_value(origin.node)
