@@ -173,6 +173,33 @@ def test_runs_that_show_no_inf_stop_the_search_after_a_few(caplog):
     assert "%d later runs found none in the float16 nodes" % origin_search.ORIGIN_RUNS in ended
 
 
+def test_a_search_after_a_heal_that_finds_nothing_says_the_heal_holds(caplog, monkeypatch):
+    """A write fetched with the run stores the half MatMul's inf; the heal's run wrote it
+    once more, a read of the variable returned it, and the search that read started ended
+    saying the inf/nan "did not recur, or starts in float32 nodes" -- right after the lines
+    naming and healing the node."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        weights = tf1.placeholder(tf.float32, [None, 2], name="weights")
+        moment = tf1.Variable(tf.ones([2, 4]), name="moment", use_resource=False)  # TF1's
+        score = tf.reduce_mean(tf.matmul(x, 1.0 / moment, transpose_b=True, name="score"))
+        store = tf1.assign(moment, tf.matmul(weights, tf.square(x), transpose_a=True, name="m_step") / 1000.0)
+        init = tf1.global_variables_initializer()
+    feed = {"x:0": np.full([1000, 4], 100.0, np.float32), "weights:0": np.full([1000, 2], 0.5, np.float32)}
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(3 + origin_search.ORIGIN_RUNS):
+            session.run([score, store], feed)
+            stored = session.run(moment)  # the heal's run stored inf once more: read back here
+        assert session.heals
+    np.testing.assert_allclose(stored, np.full([2, 4], 5000.0))
+    assert "has ended" not in caplog.text
+    (ended,) = [r.getMessage() for r in caplog.records if "after the heal a run returned" in r.getMessage()]
+    assert "the heal holds" in ended
+
+
 def test_an_inf_that_float32_makes_is_said_to_start_outside_float16(caplog):
     """exp(100) overflows float32: the half MatMul before it is finite, so the search says
     the inf/nan does not start in the float16 nodes, rather than going quiet."""

@@ -176,6 +176,13 @@ class OriginSearch:
             self._runs_left -= 1
             if self._runs_left == 0:
                 self.ended_without_origin = True
+                if self._healed:
+                    log_once("tfamp_rewrite: after the heal a run returned inf/nan again, and the "
+                             "%d runs since found none in the %s nodes nor in the values they "
+                             "read: the heal holds, and that inf/nan came from before it took "
+                             "effect (the run's own, or a value an earlier run stored) (said once)"
+                             % (ORIGIN_RUNS, self.shadow.dtype))
+                    return None
                 log_once("tfamp_rewrite: the search for where the inf/nan said above starts has "
                          "ended: %d later runs found none in the %s nodes nor in the values they "
                          "read. It did not recur (an input out of range once), or it starts in "
