@@ -2217,3 +2217,35 @@ def test_an_ensembles_members_that_skip_alike_are_each_said(caplog):
     assert len(settled) == 2
     assert "(those updating 'member0/w')" in settled[0] and "(those updating 'member1/w')" in settled[1]
     assert "their own loss scale fell far enough too" in settled[1]
+
+
+@pytest.mark.parametrize("overflows", [True, False])
+def test_training_frozen_inside_a_tf1_while_loop_is_said_once(caplog, overflows):
+    """TPU-style iterations_per_loop: a forward overflow skips every step in the loop, the
+    scale sits at its minimum and global_step stays 0 -- unsaid but for the line that the
+    loop's steps are not watched."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf.constant(np.full([4, 8], 3e3 if overflows else 1.0, np.float32))
+        w = tf1.get_variable("w", initializer=tf1.ones([8, 4]) * 8.0)
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9))
+
+        def trained_loss():  # logits 9.6e4: inf in float16, and so are the gradients
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w, name="logits")))
+            with tf.control_dependencies([optimizer.minimize(loss)]):
+                return tf.identity(loss)
+
+        fetch = tf1.while_loop(lambda i, _: i < 20, lambda i, _: (i + 1, trained_loss()), [0, 0.0])[1]
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(8):
+                session.run(fetch)
+    said = [r.getMessage() for r in caplog.records if "looks frozen" in r.getMessage()]
+    if not overflows:
+        assert said == []
+        return
+    (line,) = said
+    assert "tf.while_loop 'while' looks frozen" in line and "at its minimum (1)" in line
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^while/'" in line

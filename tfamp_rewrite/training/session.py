@@ -136,7 +136,7 @@ class _RewritingSession:
         monitor = (PrecisionMonitor(every, os.environ.get(MONITOR_DIR_ENV) or DEFAULT_DIR,
                                     limits_for(self._shadow.dtype)) if every else None)
         return StepWatch(self._shadow, auto_fix, heal_file=os.environ.get(HEAL_FILE_ENV) or None,
-                         monitor=monitor)
+                         monitor=monitor, run_private=self._run_private)
 
     def close(self):
         if self._watch is not None and self._watch.monitor is not None:

@@ -44,6 +44,7 @@ from ..doctor.limits import limits_for
 from ..user_log import log_info
 from .devices import first_time, log_once, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
+from .loop_steps import LoopSteps
 from .loss_scale import INITIAL_LOSS_SCALE_ENV
 from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
@@ -172,8 +173,11 @@ class StepWatch:
     """See the module docstring; one per rewriting session."""
 
     def __init__(self, shadow, auto_fix: bool, max_heals: Optional[int] = None,
-                 heal_file: Optional[str] = None, monitor: Optional[PrecisionMonitor] = None):
+                 heal_file: Optional[str] = None, monitor: Optional[PrecisionMonitor] = None,
+                 run_private=None):
         self.shadow = shadow
+        self._run_private = run_private  # runs private-graph fetches: reads between runs
+        self._loop_steps = LoopSteps(shadow)
         self.monitor = monitor
         self.auto_fix = auto_fix
         self.max_heals = DEFAULT_MAX_HEALS if max_heals is None else max_heals
@@ -287,6 +291,8 @@ class StepWatch:
         if not unwatched:
             return
         _record_step_run(None)
+        if self._run_private is not None:  # training frozen in the loop: said once
+            self._loop_steps.before_run([signals[i] for i in unwatched], self._run_private)
         log_once(
             "tfamp_rewrite: a loss-scaled step runs inside a TF1 tf.while_loop (its finite "
             "flag %r cannot be fetched there), so sessions do not see its skipped "
