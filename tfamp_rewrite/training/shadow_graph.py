@@ -48,6 +48,7 @@ from .gradient_accumulation import gradient_accumulators
 from .half_writes import STORE_OPS, half_written_variables, say_half_writes
 from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
+from .ref_reads import order_reads_after_writes
 from .state_guard import guard_state_writes
 from .step_signals import in_loss_scaled_apply, step_signals
 from .unscaled_training import unguarded_writes
@@ -120,6 +121,7 @@ class ShadowGraph:
             added = [node.name for node in graph_def.node if node.name not in self._imported]
             result = self._rewrite(graph_def, whole=False)
             to_import = self._graph_to_import(graph_def, result)
+            order_reads_after_writes(to_import, {node.name for node in graph_def.node})
             self._guard_state(to_import, result)
             deferred = self._defer_checks(to_import)
             if self._imported:  # growth joins the current generation (after a heal, its scope)
@@ -142,6 +144,7 @@ class ShadowGraph:
             graph_def = self._user_graph_def()
             result = self._rewrite(graph_def, whole=True)
             to_import = self._graph_to_import(graph_def, result)
+            order_reads_after_writes(to_import, {node.name for node in graph_def.node})
             self._guard_state(to_import, result)
             deferred = self._defer_checks(to_import)
             self._import_generation(to_import)
