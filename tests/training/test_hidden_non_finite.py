@@ -243,6 +243,24 @@ def test_an_assertion_failing_below_half_nodes_is_said(caplog):
     assert "rounded beyond the assertion's tolerance" in line  # an assertion may fail on rounding
 
 
+def test_a_decomposition_failing_on_a_matrix_half_nodes_computed_names_them(caplog):
+    """ZCA whitening: the batch covariance overflows its half MatMul and the eigen
+    decomposition fails the run -- with TensorFlow's error alone, and nothing to act on."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        centered = x - tf.reduce_mean(x, 0)
+        covariance = tf.matmul(centered, centered, transpose_a=True, name="covariance") / 127.0
+        tf1.self_adjoint_eig(covariance + 1e-3 * tf.eye(8), name="whitening")
+    data = (np.random.RandomState(0).randn(128, 8) * 30).astype(np.float32)  # x^T x past 65504
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="decomposition was not successful"):
+            session.run("whitening:0", {"x:0": data})
+    (line,) = [line for line in ours(caplog) if "decomposes a matrix" in line]
+    assert "failed in 'whitening' (SelfAdjointEigV2), which decomposes a matrix that float16" in line
+    assert "keep it float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE='^covariance$'" in line
+
+
 def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
     """Only tensors a half node lies upstream of are checked, and never a fed one."""
     graph = tf.Graph()

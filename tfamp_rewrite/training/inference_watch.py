@@ -34,7 +34,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .devices import log_once
+from .devices import log_once, nodes_to_exclude_setting
 from .gradient_accumulation import gradient_accumulation_writes
 from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import Origin
@@ -50,6 +50,12 @@ UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (mo
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
+# Ops whose kernels fail the run on a matrix they cannot decompose (inf/nan, not positive
+# definite, singular)
+_DECOMPOSITIONS = {"Cholesky", "BatchCholesky", "SelfAdjointEig", "SelfAdjointEigV2",
+                   "BatchSelfAdjointEig", "BatchSelfAdjointEigV2", "MatrixInverse", "BatchMatrixInverse",
+                   "MatrixSolve", "BatchMatrixSolve", "MatrixSolveLs", "Svd", "Qr", "Lu", "Eig",
+                   "MatrixSquareRoot", "MatrixLogarithm"}
 
 
 class InferenceWatch:
@@ -181,13 +187,18 @@ class InferenceWatch:
         return None
 
     def after_failure(self, error, elements, fed=()) -> None:
-        """Says a run (of ``elements``, fed ``fed``) that failed an assertion below a half
-        node: its values cannot be looked at then."""
+        """Says a run (of ``elements``, fed ``fed``) that failed an assertion or a matrix
+        decomposition below a half node: its values cannot be looked at then."""
         message = error.message or ""
-        if self.said or "assertion failed" not in message:
+        if self.said:
             return
         graph = self.shadow.graph
         names = [name for name in _FAILED_NODE.findall(message) if has_operation(graph, name)]
+        if names and graph.get_operation_by_name(names[-1]).type in _DECOMPOSITIONS:
+            self._say_decomposition_failed(graph.get_operation_by_name(names[-1]))
+            return
+        if "assertion failed" not in message:
+            return
         if names:
             upstream = ancestors([graph.get_operation_by_name(names[-1])])
             which = "the assertion %r" % self.shadow.user_name(names[-1])
@@ -198,6 +209,34 @@ class InferenceWatch:
             self._say("failed in %s, which %s nodes lie upstream of (a metric's range check fails "
                       "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it",
                       rounded=True)
+
+    def _say_decomposition_failed(self, failed) -> None:
+        """Says, once, a matrix decomposition (private op ``failed``) that failed on a matrix
+        half nodes computed, naming the nearest of them: the run raised, so no later run
+        may come to look for them, and the program may end here."""
+        half, stack, seen = [], [t.op for t in failed.inputs], set()
+        while stack:
+            op = stack.pop()
+            if op in seen:
+                continue
+            seen.add(op)
+            if self.shadow.computes_in_half(op):
+                half.append(self.shadow.user_name(op.name))
+            else:
+                stack.extend(t.op for t in op.inputs)
+        if not half:
+            return
+        half = sorted(set(half))
+        self.said = True
+        log_once("tfamp_rewrite: a run of the rewritten graph failed in %r (%s), which decomposes "
+                 "a matrix that %s nodes computed (%s): a %s value past %s's range makes it inf/nan, "
+                 "and %s's rounding can leave a covariance or kernel matrix no longer positive "
+                 "definite. If float32 runs, keep %s float32 with %s (said once)" % (
+                     self.shadow.user_name(failed.name), failed.type, self.shadow.dtype,
+                     ", ".join(repr(name) for name in half[:4]) + (", ..." if len(half) > 4 else ""),
+                     self.shadow.dtype, self.shadow.dtype, self.shadow.dtype,
+                     "it" if len(half) == 1 else "them",
+                     nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
 
     def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None
                        ) -> Optional[Tuple[Origin, List[str]]]:
