@@ -2249,3 +2249,24 @@ def test_training_frozen_inside_a_tf1_while_loop_is_said_once(caplog, overflows)
     (line,) = said
     assert "tf.while_loop 'while' looks frozen" in line and "at its minimum (1)" in line
     assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^while/'" in line
+
+
+@pytest.mark.parametrize("auto_fix,heals,said", [
+    (True, 0, "Float32 would have applied these steps' inf/nan updates"),
+    (True, 2, "reached its limit of 2 heals, so the inf/nan may still be float16's"),
+    (False, 0, "Healing is off (TFAMP_REWRITE_AUTO_FIX=0)"),
+])
+def test_the_frozen_line_says_float32_would_fail_alike_only_when_the_session_could_act(
+        caplog, auto_fix, heals, said):
+    """An unrolled Sinkhorn loss healed one iteration per heal up to the limit, froze, and
+    was told float32 would have applied inf/nan updates -- float32 trains it."""
+    from types import SimpleNamespace
+
+    from tfamp_rewrite.training.step_watch import StepWatch
+
+    watch = StepWatch(SimpleNamespace(dtype="float16"), auto_fix=auto_fix, max_heals=2)
+    watch.heals = [object()] * heals
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        watch._say_frozen()
+    (line,) = [r.getMessage() for r in caplog.records if "training is frozen" in r.getMessage()]
+    assert said in line

@@ -363,14 +363,23 @@ class StepWatch:
         if self._said_frozen:
             return
         self._said_frozen = True
+        if self.auto_fix and len(self.heals) >= self.max_heals:
+            cause = ("The session reached its limit of %d heals, so the inf/nan may still be %s's: "
+                     "the heals' settings above, applied together, may mend it" % (
+                         self.max_heals, self.shadow.dtype))
+        elif not self.auto_fix:
+            cause = ("Healing is off (%s=0), so the inf/nan may be %s's: the settings above may "
+                     "mend it" % (AUTO_FIX_ENV, self.shadow.dtype))
+        else:
+            cause = "Float32 would have applied these steps' inf/nan updates"
         _logger.warning(
             "tfamp_rewrite: training is frozen: the last %d runs skipped every loss-scaled step "
             "they computed, and the session can do nothing more about them (the lines above say "
             "why); no weight has changed since and global_step, "
             "which counts applied steps only, stays where it is. A StopAtStepHook (Estimator."
             "train(steps=...) or max_steps) ends training here rather than wait for ever; a loop "
-            "that runs until global_step reaches a count does not end. Float32 would have applied "
-            "these steps' inf/nan updates (said once)" % FROZEN_AFTER)
+            "that runs until global_step reaches a count does not end. %s (said once)"
+            % (FROZEN_AFTER, cause))
 
     def _say_probing_pause(self) -> None:
         """After the first run fetching a bundle of probes: says, once, a pause it made the
