@@ -340,8 +340,7 @@ def _without_loss_scales(original):
         from .devices import log_once
 
         graph = _tensorflow_v1().get_default_graph()
-        ours = {variable.op.name for signal in step_signals.step_signals(graph)
-                for variable in signal.loss_scale.variables()}
+        ours = {v.op.name for v in step_signals.loss_scale_variables(step_signals.step_signals(graph))}
         left_out = sorted(name for name in groups if name in ours)
         if left_out:
             log_once("tfamp_rewrite: the warm start leaves the loss scale's variables out (%s): mixed "

@@ -27,7 +27,7 @@ from tensorflow.python.util import nest
 
 from .devices import log_once
 from .op_walks import ancestors
-from .step_signals import step_signals
+from .step_signals import loss_scale_variables, step_signals
 
 _tf1 = tf.compat.v1
 _RESTORE_OP = "RestoreV2"
@@ -120,7 +120,7 @@ def _as_operation(element):
 def _loss_scale_initial_values(graph) -> Dict[str, object]:
     """``{variable name: initial-value tensor}`` of the loss-scale state in ``graph``."""
     with graph.as_default():
-        variables = [v for signal in step_signals(graph) for v in signal.loss_scale.variables()]
+        variables = loss_scale_variables(step_signals(graph))
     return {v.op.name: v.initial_value for v in variables}
 
 

@@ -21,7 +21,7 @@ from tensorflow.python.framework import dtypes
 from tensorflow.python.ops import gen_resource_variable_ops, gen_state_ops
 
 from .devices import log_once
-from .step_signals import step_signals
+from .step_signals import loss_scale_variables, step_signals
 
 
 class LateLossScales:
@@ -49,7 +49,7 @@ class LateLossScales:
             return
         late, self._known = signals[self._known:], len(signals)
         with self.user_graph.as_default():
-            variables = list({id(v): v for s in late for v in s.loss_scale.variables()}.values())
+            variables = loss_scale_variables(late)
         if not variables:
             return
         with self.shadow.graph.as_default():

@@ -64,7 +64,7 @@ from .late_loss_scales import LateLossScales
 from .precision_monitor import DEFAULT_DIR, MONITOR_DIR_ENV, PrecisionMonitor, monitor_every
 from .run_plans import ORIGIN
 from .shadow_graph import ShadowGraph, fetch_elements, has_operation, map_fetch_structure
-from .step_signals import step_signals
+from .step_signals import loss_scale_variables, step_signals
 from .step_watch import StepWatch, auto_fix_setting
 from .unscaled_training import UnscaledTrainingWatch
 from .user_errors import in_user_terms
@@ -318,8 +318,8 @@ class _RewritingSession:
         if kind == SAVE:
             save_beside(prefix, self._shadow.kept_float32,
                         self._restored_heals + [asdict(h) for h in self.heals])
-            say_loss_scale_left_out(elements, [v.op.name for signal in step_signals(self._user_graph)
-                                               for v in signal.loss_scale.variables()])
+            say_loss_scale_left_out(elements, [v.op.name for v in loss_scale_variables(
+                step_signals(self._user_graph))])
             return
         carried = [n for n in kept_beside(prefix, self._user_graph) if n not in self._shadow.kept_float32]
         if carried:

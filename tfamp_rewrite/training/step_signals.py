@@ -63,6 +63,15 @@ def has_step_signals(graph) -> bool:
     return bool(getattr(graph, _SIGNALS, None)) or bool(graph.get_collection(COLLECTION))
 
 
+def loss_scale_variables(signals) -> list:
+    """The variables of ``signals``' loss scales, each once, in order (steps may share one)."""
+    found = {}
+    for signal in signals:
+        for variable in signal.loss_scale.variables():
+            found.setdefault(id(variable), variable)
+    return list(found.values())
+
+
 def step_signals(graph) -> List[StepSignal]:
     """The StepSignals of ``graph``'s loss-scaled train ops, in the order they were built
     (those of a graph imported with its MetaGraph rebuilt from their descriptions)."""

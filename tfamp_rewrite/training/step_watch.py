@@ -50,7 +50,7 @@ from .op_walks import ancestors
 from .precision_monitor import PrecisionMonitor
 from .skip_guard import SkipGuard
 from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
-from .step_signals import has_step_signals, step_signals
+from .step_signals import has_step_signals, loss_scale_variables, step_signals
 from .twins import twin_nodes
 from .unscaled_training import unguarded_writes
 from .variable_check import VariableCheck
@@ -498,7 +498,7 @@ class StepWatch:
         what the heal's line says of it."""
         self._last_scales.clear()
         with self.shadow.user_graph.as_default():
-            initializers = [v.initializer for s in signals for v in s.loss_scale.variables()]
+            initializers = [v.initializer for v in loss_scale_variables(signals)]
         if initializers:
             run_private([self.shadow.private_fetch(op) for op in initializers])
         if len(signals) > 1:

@@ -34,7 +34,7 @@ from .keras_compat import loss_scale_optimizer_name
 from .op_walks import ancestors, downstream_of, reachable
 from .own_loss_scale import own_scale
 from .state_guard import PASSING, WRITE_OPS
-from .step_signals import step_signals
+from .step_signals import loss_scale_variables, step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
 # Writes by hand: assignments, and the scatters a sparse (IndexedSlices) update makes
@@ -62,7 +62,7 @@ def unscaled_updates(graph, dtype: str) -> List:
     signals = step_signals(graph)
     if any(s.should_apply is None for s in signals):  # a fixed scale: its update waits on no flag
         return []
-    ours = {v.op.name for s in signals for v in s.loss_scale.variables()}
+    ours = {v.op.name for v in loss_scale_variables(signals)}
     updates, assigns = [], []
     for op in graph.get_operations():
         if _UPDATE_OP.match(op.type):
@@ -236,7 +236,7 @@ def _variable_op(handle):
 
 def _loss_scale_variables(graph, signals) -> List:
     """The loss scales' variable ops: what a loss-scaled step's gradients are computed from."""
-    return [v.op for s in signals for v in s.loss_scale.variables() if v.op.graph is graph]
+    return [v.op for v in loss_scale_variables(signals) if v.op.graph is graph]
 
 
 class UnscaledTrainingWatch:

@@ -21,7 +21,7 @@ from typing import Callable, List
 
 import tensorflow as tf
 
-from .step_signals import step_signals
+from .step_signals import loss_scale_variables, step_signals
 
 # A variable's own node, in ref (TF1) and resource form.
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
@@ -35,7 +35,7 @@ def state_variables(graph) -> list:
     a queue of keys, an optimizer's slots)."""
     keys = tf.compat.v1.GraphKeys
     trainable = {v.op.name for v in graph.get_collection(keys.TRAINABLE_VARIABLES)}
-    scales = {v.op.name for s in step_signals(graph) for v in s.loss_scale.variables()}
+    scales = {v.op.name for v in loss_scale_variables(step_signals(graph))}
     return [v for v in graph.get_collection(keys.GLOBAL_VARIABLES)
             if v.dtype.base_dtype.is_floating and v.op.name not in trainable | scales]
 
