@@ -242,6 +242,24 @@ def train(parts, session, steps, through="run"):
     return [call(*feed.values())[0] for _ in range(steps)]
 
 
+@pytest.mark.parametrize("accept_options", [False, True])
+def test_a_callable_made_without_a_feed_list_has_its_steps_watched_and_healed(caplog, accept_options):
+    """sess.make_callable(train_op) over a tf.data pipeline ran TensorFlow's callable of the
+    private graph: every step skipped unsaid (global_step 0 of 300), and after a heal by a
+    logging sess.run the callable kept running the unhealed graph."""
+    parts = overflow_net(pipeline="dataset")
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            step = session.make_callable([parts["train"], parts["loss"]], accept_options=accept_options)
+            for _ in range(40):
+                step()
+            steps = session.run(parts["global_step"])
+            assert session.heals
+    assert culprit_messages(caplog)
+    assert steps > 10
+
+
 def culprit_messages(caplog):
     return [r.getMessage() for r in caplog.records if "training steps are being skipped" in r.getMessage()]
 

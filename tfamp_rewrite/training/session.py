@@ -420,10 +420,18 @@ class _RewritingSession:
             # With a feed list TensorFlow's callable calls self.run(fetches, {key: value}),
             # which maps both (nested keys included) and keeps up with a growing graph.
             return super().make_callable(fetches, feed_list, accept_options)
+        # Without one, TensorFlow's callable runs the graph directly: its loss-scaled steps
+        # went unwatched, and it kept running the graph it was made on after a heal.  Each
+        # call is a run, as with a feed list.
         self._sync()
-        mapped = self._map_fetches(fetches)
-        self._unscaled.before_run(fetch_elements(mapped))
-        return self._call_base(super().make_callable, mapped, None, accept_options)
+        self._map_fetches(fetches)  # TensorFlow's errors for what it refuses, when made
+
+        def call(options=None, run_metadata=None):
+            return self.run(fetches, options=options, run_metadata=run_metadata)
+
+        if accept_options:
+            return call
+        return lambda: call()
 
     def _make_callable_from_options(self, callable_options):
         """Keras' way to run in TF1 graph mode: ``callable_options`` names the user graph's
