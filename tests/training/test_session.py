@@ -854,3 +854,44 @@ def test_an_op_error_names_the_users_op_and_where_the_program_defined_it(cpu_tar
     error = rewritten.value
     assert error.op is graph.get_operation_by_name(failing) is plain.value.op
     assert error.message.count(__file__) == plain.value.message.count(__file__) >= 1
+
+
+def test_threads_making_their_first_runs_on_a_shared_session_at_once(cpu_target):
+    """Hogwild workers, an evaluator and a logger share one session and start together:
+    planning one thread's run walked the private graph's consumers while another's added
+    ops to it, and TensorFlow failed with 'SystemError: bad argument to internal function'."""
+    import threading
+
+    rng = np.random.RandomState(0)
+    inputs, labels = rng.randn(64, 20).astype(np.float32), rng.randint(0, 2, 64)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 20])
+        y = tf1.placeholder(tf.int64, [None])
+        logits = tf1.layers.dense(tf1.layers.dense(x, 32, tf.nn.relu), 2)
+        loss = tf1.losses.sparse_softmax_cross_entropy(y, logits)
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
+        train = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.05)).minimize(loss)
+        init = tf1.global_variables_initializer()
+        fetch_sets = [train, [train, loss], accuracy, [accuracy, loss], tf.argmax(logits, 1),
+                      tf.nn.softmax(logits), [train, accuracy], loss]
+    errors = []
+    for _ in range(6):
+        with Session(graph=graph) as session:
+            session.run(init)
+            barrier = threading.Barrier(len(fetch_sets))
+
+            def runs(fetches):
+                barrier.wait()
+                try:
+                    for _ in range(2):
+                        session.run(fetches, {x: inputs, y: labels})
+                except Exception as error:  # pylint: disable=broad-except
+                    errors.append(repr(error)[:160])
+
+            threads = [threading.Thread(target=runs, args=(f,)) for f in fetch_sets]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    assert errors == []

@@ -52,9 +52,10 @@ class DeferredChecks:
             self._key = key
             self._computed.clear()
         run = (tuple(getattr(e, "name", str(e)) for e in elements), tuple(sorted(t.name for t in fed)))
-        if run not in self._computed:
-            self._computed[run] = self._plan(elements, fed, sorted(checks))
-        return self._computed[run]
+        with self.shadow.lock:  # it adds ops to the private graph (run_plans.RunPlans.get)
+            if run not in self._computed:
+                self._computed[run] = self._plan(elements, fed, sorted(checks))
+            return self._computed[run]
 
     def _plan(self, elements, fed, checks):
         private = self.shadow.graph

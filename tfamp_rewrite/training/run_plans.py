@@ -42,15 +42,19 @@ class RunPlans:
         self._planned: Dict[tuple, object] = {}
 
     def get(self, elements: Sequence, fed=()):
-        """The plan for a run of ``elements`` (private graph) fed ``fed``, made once."""
-        key = self.shadow.private_name("")
-        if key != self._key:  # a heal imported a new generation
-            self._key = key
-            self._planned.clear()
-        run = run_key(elements, fed)
-        if run not in self._planned:
-            self._planned[run] = self._plan(elements, fed)
-        return self._planned[run]
+        """The plan for a run of ``elements`` (private graph) fed ``fed``, made once -- under
+        the private graph's lock: threads sharing a session (Hogwild workers) plan their
+        first runs at once, and walking a graph's consumers while another thread adds ops to
+        it fails inside TensorFlow."""
+        with self.shadow.lock:
+            key = self.shadow.private_name("")
+            if key != self._key:  # a heal imported a new generation
+                self._key = key
+                self._planned.clear()
+            run = run_key(elements, fed)
+            if run not in self._planned:
+                self._planned[run] = self._plan(elements, fed)
+            return self._planned[run]
 
 
 def run_key(elements: Sequence, fed=()) -> tuple:

@@ -107,6 +107,11 @@ class ShadowGraph:
         self._rounded_feeds: List[str] = []       # fed tensors found rounded to half, unsaid
         self._lock = threading.RLock()
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while the private graph gains ops or is walked for a plan (reentrant)."""
+        return self._lock
+
     # -- keeping in step --------------------------------------------------------------
     def sync(self) -> None:
         """Imports whatever the user graph gained since the last call (rewritten)."""
