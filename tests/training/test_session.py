@@ -881,7 +881,7 @@ def test_threads_making_their_first_runs_on_a_shared_session_at_once(cpu_target)
             session.run(init)
             barrier = threading.Barrier(len(fetch_sets))
 
-            def runs(fetches):
+            def runs(fetches, barrier=barrier):
                 barrier.wait()
                 try:
                     for _ in range(2):
