@@ -6,12 +6,12 @@ optimizer has no slots.  Under automatic loss scaling that optimizer gains a los
 whose variables nothing initializes, and its first step failed on an uninitialized
 ``loss_scale_1/current_loss_scale``.
 
-``LateLossScales.after_sync`` looks, after the session's private graph took in what the
-user graph gained, at the loss scales of the training steps built since the session's
-first run, and initializes those of their variables no run initialized -- said once.  A
-step built before the first run is left to the program's initialization, as in float32; a
-program that initializes the new variables itself (Adam's slots need it) initializes
-them again to the same values.
+``LateLossScales.before_run`` looks, before a run, at the loss scales of the training steps
+built since the session's first run, and initializes those of their variables no run
+initialized -- said once.  A step built before the first run is left to the program's
+initialization, as in float32, and so is one whose variables the run about to happen
+initializes (a program running ``variables_initializer`` of what it added: Adam's slots
+need it).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tensorflow.python.framework import dtypes
 from tensorflow.python.ops import gen_resource_variable_ops, gen_state_ops
 
 from .devices import log_once
+from .op_walks import ancestors
 from .step_signals import loss_scale_variables, step_signals
 
 
@@ -39,9 +40,11 @@ class LateLossScales:
             self._ran = True
             self._known = len(step_signals(self.user_graph))
 
-    def after_sync(self, run_private: Callable[[List], list]) -> None:
-        """Initializes the uninitialized loss-scale variables of the steps built since the
-        first run (``run_private`` runs private-graph fetches), said once."""
+    def before_run(self, elements, run_private: Callable[[List], list]) -> None:
+        """Before a run of ``elements`` (private graph): initializes the uninitialized
+        loss-scale variables of the steps built since the first run (``run_private`` runs
+        private-graph fetches), said once -- unless this run initializes them itself (a
+        program running ``variables_initializer`` of what it added: Adam's slots need it)."""
         if not self._ran:
             return
         signals = step_signals(self.user_graph)
@@ -50,6 +53,8 @@ class LateLossScales:
         late, self._known = signals[self._known:], len(signals)
         with self.user_graph.as_default():
             variables = loss_scale_variables(late)
+        computed = ancestors(elements)
+        variables = [v for v in variables if self.shadow.private_fetch(v.initializer) not in computed]
         if not variables:
             return
         with self.shadow.graph.as_default():
@@ -59,10 +64,10 @@ class LateLossScales:
         if not uninitialized:
             return
         run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
-        log_once("tfamp_rewrite: the session initialized the loss scale of a training step built "
-                 "after its first run ('%s'): the program initialized its variables before that "
-                 "optimizer existed, and a float32 optimizer without slots (GradientDescent) needs "
-                 "no initializer (said once)" % uninitialized[0].op.name)
+        log_once("tfamp_rewrite: the session initialized the loss scale ('%s') of a training step "
+                 "built after its first run, which the program's initializers ran before: "
+                 "a float32 optimizer without slots (GradientDescent) needs no initializer "
+                 "then (said once)" % uninitialized[0].op.name)
 
 
 def _is_initialized(variable):

@@ -186,10 +186,8 @@ class _RewritingSession:
         raise user_error  # out of the handler, so that it reads as TensorFlow's own
 
     def _sync(self) -> None:
-        """Brings the private graph up to date, and what the unscaled-training watch knows;
-        initializes the loss scales of steps built since the first run (late_loss_scales.py)."""
+        """Brings the private graph up to date, and what the unscaled-training watch knows."""
         self._shadow.sync()
-        self._late_scales.after_sync(self._run_private)
         self._unscaled.graph_changed(self._user_graph, self._shadow.dtype, self._shadow.converted_now,
                                      self._shadow.unguarded_writes, self._shadow.guarded_writes)
 
@@ -272,6 +270,7 @@ class _RewritingSession:
         mapped, elements, fed = run.fetches, run.elements, run.fed
         feeds = self._fed_values(run, feed_dict)
         self._unscaled.before_run(elements)
+        self._late_scales.before_run(elements, self._run_private)  # late_loss_scales.py
         steps_before = step_watch.step_runs_so_far()  # a run with unwatched steps counts at once
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
@@ -482,6 +481,7 @@ class _RewritingSession:
         fetches = [shadow.private_fetch(name) for name in callable_options.fetch]
         targets = [shadow.private_fetch(name) for name in callable_options.target]
         self._unscaled.before_run(fetches + targets)
+        self._late_scales.before_run(fetches + targets, self._run_private)
         fed = [t for t in feeds if isinstance(t, tf.Tensor)]
         steps = None if self._watch is None else self._watch.step_fetches(fetches + targets, fed)
         step_tensors = nest.flatten(steps) if steps else []
