@@ -2288,3 +2288,21 @@ def test_the_frozen_line_says_float32_would_fail_alike_only_when_the_session_cou
         watch._say_frozen()
     (line,) = [r.getMessage() for r in caplog.records if "training is frozen" in r.getMessage()]
     assert said in line
+
+
+def test_a_partial_run_computing_a_loss_scaled_step_says_it_is_not_watched(caplog):
+    """REINFORCE by partial_run: the forward pass, a sample, then the update in the same
+    step. A partial run cannot fetch the step's flag, and every step skipped unsaid."""
+    parts = overflow_net()
+    feed = parts["feed"]
+    with parts["graph"].as_default(), tf.control_dependencies([parts["train"]]):
+        stepped = tf.identity(parts["loss"])  # partial runs fetch tensors only
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            for _ in range(2):
+                handle = session.partial_run_setup([parts["loss"], stepped], list(feed))
+                session.partial_run(handle, [parts["loss"], stepped], feed)
+    said = [r.getMessage() for r in caplog.records
+            if "a partial run computes a loss-scaled step" in r.getMessage()]
+    assert len(said) == 1 and "not said, diagnosed or healed" in said[0]

@@ -404,8 +404,10 @@ class _RewritingSession:
         feeds = None if feeds is None else self._map_feed_list(feeds)
         mapped = self._map_fetches(fetches)
         fed = [] if feeds is None else feeds if isinstance(feeds, list) else [feeds]
-        self._checks.say_unchecked_in_partial_runs(
-            fetch_elements(mapped), [t for t in fed if isinstance(t, tf.Tensor)])
+        fed_tensors = [t for t in fed if isinstance(t, tf.Tensor)]
+        self._checks.say_unchecked_in_partial_runs(fetch_elements(mapped), fed_tensors)
+        if self._watch is not None:
+            self._watch.say_unwatched_in_partial_runs(fetch_elements(mapped), fed_tensors)
         return self._call_base(super().partial_run_setup, mapped, feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):

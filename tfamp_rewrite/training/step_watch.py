@@ -284,6 +284,21 @@ class StepWatch:
             cached = self._computed[key] = (watched, [i for i in steps if i not in watched])
         return cached
 
+    def say_unwatched_in_partial_runs(self, elements, fed=()) -> None:
+        """Says once that a partial run's loss-scaled steps (of ``elements``, private graph)
+        are not watched: a partial run cannot fetch their flags beside its own fetches."""
+        if not has_step_signals(self.shadow.user_graph):
+            return
+        with self._lock:
+            signals = step_signals(self.shadow.user_graph)
+            steps = [i for group in self._steps_computed(signals, elements, fed) for i in group]
+        if steps:
+            log_once("tfamp_rewrite: a partial run computes a loss-scaled step (the one whose "
+                     "finite flag is %r), whose flag it cannot fetch beside its own fetches: its "
+                     "skipped steps are not said, diagnosed or healed, though the loss scale "
+                     "still falls on each. Run the step with Session.run to have it watched "
+                     "(said once)" % signals[steps[0]].all_finite.name)
+
     def _note_unwatched(self, signals, elements, fed) -> None:
         """A run whose loss-scaled steps all lie inside TF1 control flow: said once, and
         counted as a step run (it is one; no inference line)."""
