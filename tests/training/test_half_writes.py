@@ -120,6 +120,34 @@ def test_a_value_leaving_a_tf1_while_loop_is_traced_into_the_loop(caplog):
     assert "^while/Tanh$" in setting and "^while/Exit_1$" in setting
 
 
+def test_a_half_value_scaled_in_float32_before_it_is_stored_is_said(monkeypatch, caplog):
+    """EM's M-step: tf.assign(mu, matmul(r, x) / n). The float32 division keeps the half
+    MatMul's rounding (a relative error of 4e-4) and ended the walk: nothing was said."""
+    rng = np.random.RandomState(0)
+    data, weights = rng.normal(3.0, 1.0, [500, 4]), rng.dirichlet([1, 1, 1], 500)
+    graph = tf.Graph()
+    with graph.as_default():
+        mu = tf1.Variable(tf.zeros([3, 4]), name="mu")
+        r = tf.constant(weights, tf.float32)
+        weighted = tf.matmul(r, tf.constant(data, tf.float32), transpose_a=True, name="weighted")
+        m_step = tf1.assign(mu, weighted / tf.reduce_sum(r, 0)[:, None], name="m_step")
+        init = tf1.global_variables_initializer()
+    expected = (weights.T @ data) / weights.sum(0)[:, None]
+
+    def error():
+        with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+                tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(m_step.op)
+            return np.abs(session.run(mu) / expected - 1).max()
+
+    assert error() > 1e-4
+    (line,) = [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+    assert "'m_step' stores in float32 variable 'mu' a value float16 computes ('weighted'" in line
+    monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, "^weighted$")
+    assert error() < 1e-6
+
+
 def test_an_average_float32_computes_is_not_said(caplog):
     error, said = aggregated("sum", caplog)
     assert error < 1e-6 and said == []

@@ -37,6 +37,11 @@ _PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Tran
                            "RefSwitch", "NextIteration", "RefNextIteration"})
 
 
+# float32 ops that scale a value, keeping its relative error: EM's M-step stores
+# matmul(r, x) / n, the half MatMul's rounding scaled (the division itself rounds nothing)
+_SCALING = frozenset({"Mul", "RealDiv", "Div", "Neg"})
+
+
 class HalfWrite(NamedTuple):
     """An assignment (user graph names) storing a value the converted node ``computed_by``
     computes (``op`` its type) in the variable it writes; ``keep``: the converted nodes to
@@ -71,12 +76,18 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
 
 def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
     """``(keep, computing)`` for the value node ``name`` computes: the converted nodes up from
-    it through those passing values on (``_PASS_THROUGH``), all of them, in walk order; and
-    the NodeDefs of those among them that compute new values (which round to half)."""
+    it through those passing values on (``_PASS_THROUGH``) and float32 scalings
+    (``_SCALING``), all of them, in walk order; and the NodeDefs of those among them that
+    compute new values (which round to half)."""
     keep, computing, stack, seen = [], [], [name], set()
     while stack:
         node = node_by_name(stack.pop(0))
-        if node is None or node.name in seen or not converted(node.name):
+        if node is None or node.name in seen:
+            continue
+        if not converted(node.name):
+            if node.op in _SCALING:  # a float32 scaling keeps the half value's relative error
+                seen.add(node.name)
+                stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
             continue
         seen.add(node.name)
         keep.append(node.name)
