@@ -2306,3 +2306,23 @@ def test_a_partial_run_computing_a_loss_scaled_step_says_it_is_not_watched(caplo
     said = [r.getMessage() for r in caplog.records
             if "a partial run computes a loss-scaled step" in r.getMessage()]
     assert len(said) == 1 and "not said, diagnosed or healed" in said[0]
+
+
+def test_nothing_found_names_a_decomposition_of_a_matrix_half_nodes_computed():
+    """A GP's Cholesky of a kernel matrix whose half MatMul rounded it indefinite fills NaN
+    from finite values no probe sees: the line said the culprit may sit in a while loop."""
+    from types import SimpleNamespace
+
+    from tfamp_rewrite.training.step_watch import StepWatch
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 2], name="x")
+        kernel = tf.exp(-tf.matmul(x, x, transpose_b=True, name="gram")) + 1e-6 * tf.eye(8)
+        tf.linalg.cholesky(kernel, name="chol")
+    shadow = SimpleNamespace(dtype="float16", user_graph=graph, converted_now=lambda: {"gram"})
+    clause = StepWatch(shadow, auto_fix=True)._decompositions_of_half()
+    assert "be 'chol' (Cholesky), which decomposes a matrix float16 nodes computed" in clause
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^gram$'" in clause
+    shadow.converted_now = lambda: set()
+    assert StepWatch(shadow, auto_fix=True)._decompositions_of_half() == ""

@@ -34,6 +34,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .decompositions import DECOMPOSITIONS, nearest_half_producers
 from .devices import log_once, nodes_to_exclude_setting
 from .gradient_accumulation import gradient_accumulation_writes
 from .hidden_non_finite import HiddenNonFinite
@@ -50,12 +51,6 @@ UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (mo
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
-# Ops whose kernels fail the run on a matrix they cannot decompose (inf/nan, not positive
-# definite, singular)
-_DECOMPOSITIONS = {"Cholesky", "BatchCholesky", "SelfAdjointEig", "SelfAdjointEigV2",
-                   "BatchSelfAdjointEig", "BatchSelfAdjointEigV2", "MatrixInverse", "BatchMatrixInverse",
-                   "MatrixSolve", "BatchMatrixSolve", "MatrixSolveLs", "Svd", "Qr", "Lu", "Eig",
-                   "MatrixSquareRoot", "MatrixLogarithm"}
 
 
 class InferenceWatch:
@@ -194,7 +189,7 @@ class InferenceWatch:
             return
         graph = self.shadow.graph
         names = [name for name in _FAILED_NODE.findall(message) if has_operation(graph, name)]
-        if names and graph.get_operation_by_name(names[-1]).type in _DECOMPOSITIONS:
+        if names and graph.get_operation_by_name(names[-1]).type in DECOMPOSITIONS:
             self._say_decomposition_failed(graph.get_operation_by_name(names[-1]))
             return
         if "assertion failed" not in message:
@@ -214,19 +209,10 @@ class InferenceWatch:
         """Says, once, a matrix decomposition (private op ``failed``) that failed on a matrix
         half nodes computed, naming the nearest of them: the run raised, so no later run
         may come to look for them, and the program may end here."""
-        half, stack, seen = [], [t.op for t in failed.inputs], set()
-        while stack:
-            op = stack.pop()
-            if op in seen:
-                continue
-            seen.add(op)
-            if self.shadow.computes_in_half(op):
-                half.append(self.shadow.user_name(op.name))
-            else:
-                stack.extend(t.op for t in op.inputs)
+        half = sorted({self.shadow.user_name(op.name)
+                       for op in nearest_half_producers(failed, self.shadow.computes_in_half)})
         if not half:
             return
-        half = sorted(set(half))
         self.said = True
         log_once("tfamp_rewrite: a run of the rewritten graph failed in %r (%s), which decomposes "
                  "a matrix that %s nodes computed (%s): a %s value past %s's range makes it inf/nan, "

@@ -42,6 +42,7 @@ from ..doctor.fixes import added_by_the_plugin
 from ..doctor.heal_files import HEALS_BESIDE_CHECKPOINTS, write_heal_file
 from ..doctor.limits import limits_for
 from ..user_log import log_info
+from .decompositions import DECOMPOSITIONS, nearest_half_producers
 from .devices import first_time, log_once, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .loop_steps import LoopSteps
@@ -791,8 +792,25 @@ class StepWatch:
         _logger.warning(
             "tfamp_rewrite: %s (loss scale %s) and no half tensor the step computes holds "
             "inf/nan or values beyond %s: the culprit may sit inside a while loop or cond, which "
-            "cannot be probed, or be float32 already%s%s; run tfamp-rewrite doctor on the program"
-            % (skipped, guard.episode.trajectory(), self.shadow.dtype, self._programs_own_half(), horovod))
+            "cannot be probed, or be float32 already%s%s%s; run tfamp-rewrite doctor on the program"
+            % (skipped, guard.episode.trajectory(), self.shadow.dtype, self._programs_own_half(),
+               self._decompositions_of_half(), horovod))
+
+    def _decompositions_of_half(self) -> str:
+        """A clause naming a float32 decomposition of a matrix half nodes computed (a GP's
+        Cholesky of a kernel matrix rounding made indefinite fills NaN from finite values,
+        which no probe sees), and the setting keeping those nodes float32, or ''."""
+        graph, converted = self.shadow.user_graph, self.shadow.converted_now()
+        for op in graph.get_operations():
+            if op.type in DECOMPOSITIONS and op.name not in converted:
+                half = [each.name for each in nearest_half_producers(op, lambda each: each.name in converted)]
+                if half:
+                    return (", or be %r (%s), which decomposes a matrix %s nodes computed from finite "
+                            "values: rounding can leave a covariance or kernel matrix indefinite, and "
+                            "the decomposition NaN -- %s keeps them float32" % (
+                                op.name, op.type, self.shadow.dtype,
+                                nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
+        return ""
 
     def _programs_own_half(self) -> str:
         """A clause naming the nodes the program itself computes in half (its own casts: a
