@@ -895,3 +895,21 @@ def test_threads_making_their_first_runs_on_a_shared_session_at_once(cpu_target)
             for thread in threads:
                 thread.join()
     assert errors == []
+
+
+def test_a_print_a_histogram_summary_reads_prints_once_per_run(cpu_target, capfd):
+    """tf.Print of gradient norms beside their histograms: the histogram's finite-values
+    filter read the Print through IsFinite, and Grappler then ran the Print twice per run."""
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", initializer=tf.ones([4, 1]))
+        printed = tf1.Print(w * 2.0, [tf.norm(w)], message="printed norm: ", first_n=3)
+        histogram = tf1.summary.histogram("h", printed)
+        step = tf1.assign_add(w, printed * 0.0)
+        init = tf1.global_variables_initializer()
+    with Session(graph=graph) as session:
+        session.run(init)
+        capfd.readouterr()
+        for _ in range(3):
+            session.run([step, histogram])
+    assert capfd.readouterr().err.count("printed norm: ") == 3

@@ -7,7 +7,11 @@ step with the loss scale at 2**15 often overflows -- and a half activation may o
 where float32's did not.  So in the copy of the user's graph that a rewriting session
 imports, each histogram summary reads its values with the non-finite ones left out::
 
-    flat = Reshape(values, [-1]);  kept = GatherV2(flat, Reshape(Where(IsFinite(flat)), [-1]), 0)
+    flat = Reshape(values, [-1]);  finite = LessEqual(Abs(flat), the dtype's largest value)
+    kept = GatherV2(flat, Reshape(Where(finite), [-1]), 0)
+
+(not ``IsFinite``: Grappler's arithmetic optimizer then ran a ``tf.Print`` the values come
+from twice per run -- the CIFAR-10 tutorial's printed gradient norms came out doubled).
 
 The user's graph is not changed; ``filter_non_finite`` works on the GraphDef taken from it,
 under names derived from each summary's, so the same nodes come out at every sync.
@@ -16,8 +20,11 @@ from __future__ import annotations
 
 from typing import List
 
+import tensorflow as tf
 from tensorflow.core.framework import types_pb2
+from tensorflow.python.framework import tensor_util
 
+from ..graph_rewrite.graph_view import parse_input
 from .node_defs import flattened, node_def
 
 _SUMMARY_OP = "HistogramSummary"
@@ -35,8 +42,11 @@ def filter_non_finite(graph_def) -> List[str]:
         values = node.input[1]
         dtype = node.attr["T"].type
         scope = node.name + _SCOPE
+        largest = tensor_util.make_tensor_proto(tf.as_dtype(dtype).max, dtype=tf.as_dtype(dtype))
         nodes = flattened(values, dtype, scope) + [
-            node_def(scope + "is_finite", "IsFinite", [scope + "flat"], T=dtype),
+            node_def(scope + "largest", "Const", ["^" + parse_input(values)[0]], largest),
+            node_def(scope + "size", "Abs", [scope + "flat"], T=dtype),
+            node_def(scope + "is_finite", "LessEqual", [scope + "size", scope + "largest"], T=dtype),
             node_def(scope + "where", "Where", [scope + "is_finite"], T=types_pb2.DT_BOOL),
             node_def(scope + "indices", "Reshape", [scope + "where", scope + "minus_one"],
                      T=types_pb2.DT_INT64, Tshape=types_pb2.DT_INT32),
