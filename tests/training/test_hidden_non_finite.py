@@ -148,6 +148,32 @@ def test_a_value_a_setup_run_stored_is_traced_from_the_runs_reading_it(caplog):
     assert "mixed precision did not cause it" not in caplog.text
 
 
+def test_a_heal_names_the_variables_the_runs_before_it_wrote_from_the_inf(caplog, monkeypatch):
+    """k-means: the half distance MatMul overflows, ArgMin picks wrong centroids, and the
+    runs before the heal assigned centroids from them -- unsaid."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    rng = np.random.RandomState(0)
+    points = np.concatenate([rng.normal(m, 8, [500, 3]) for m in (40, 120, 200, 240)]).clip(0, 255)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(points.astype(np.float32))
+        centroids = tf1.Variable(points[:4].astype(np.float32), name="centroids")
+        distances = (tf.reduce_sum(x * x, 1, keepdims=True) - 2 * tf.matmul(x, centroids, transpose_b=True)
+                     + tf.reduce_sum(centroids * centroids, 1))
+        nearest = tf.argmin(distances, 1)
+        sums = tf1.unsorted_segment_sum(x, nearest, 4)
+        counts = tf1.unsorted_segment_sum(tf.ones([2000, 1]), nearest, 4)
+        update = tf1.assign(centroids, tf1.where(counts[:, 0] > 0, sums / tf.maximum(counts, 1.0), centroids))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(6):
+            session.run(update.op)
+        assert session.heals
+    (healed,) = [line for line in ours(caplog) if line.startswith("tfamp_rewrite: healed:")]
+    assert "the runs before it wrote values computed from it into variable 'centroids'" in healed
+
+
 def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):
     from tfamp_rewrite.training import inference_watch
 

@@ -47,14 +47,16 @@ from .devices import first_time, log_once, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .loop_steps import LoopSteps
 from .loss_scale import INITIAL_LOSS_SCALE_ENV
-from .op_walks import ancestors
+from .op_walks import ancestors, downstream_of
 from .precision_monitor import PrecisionMonitor
+from .shadow_graph import has_operation
 from .skip_guard import SkipGuard
+from .state_guard import PASSING, WRITE_OPS
 from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
 from .step_signals import has_step_signals, loss_scale_variables, step_signals
 from .twins import twin_nodes
 from .unscaled_training import unguarded_writes
-from .variable_check import VariableCheck
+from .variable_check import VARIABLE_OPS, VariableCheck
 
 # Per thread: how many runs computed a loss-scaled step, and whether the last of them skipped
 # it while the watch can still act on it.  Runs that compute no step leave both alone: hooks
@@ -594,8 +596,23 @@ class StepWatch:
                     else self._restart_loss_scales(step_signals(self.shadow.user_graph), run_private))
             # the search found it in a run whose values the unhealed graph computed
             then += "; runs from the next on compute with it (the values this run returned did not)"
+            then += self._written_before_heal(nodes)
             self._heal(heal, nodes, twins, then)
             return True
+
+    def _written_before_heal(self, nodes: List[str]) -> str:
+        """A clause naming the variables that writes computed from ``nodes`` (user graph)
+        store in -- k-means' centroids assigned from an overflowed ArgMin: the runs before
+        the heal wrote them from the inf/nan -- or ''."""
+        graph = self.shadow.user_graph
+        ops = [graph.get_operation_by_name(name) for name in nodes if has_operation(graph, name)]
+        written = sorted({_variable_written(op) for op in downstream_of(graph, ops)
+                          if op.type in WRITE_OPS and op.inputs} - {None})
+        if not written:
+            return ""
+        return ("; the runs before it wrote values computed from it into %s %s, which keep%s them "
+                "until written again" % ("variable" if len(written) == 1 else "variables",
+                                         _some(written, 3), "s" if len(written) == 1 else ""))
 
     def _heal(self, heal: Heal, culprits: List[str], twins: List[str], then: str) -> None:
         """The heal itself: ``heal``'s nodes and their ``twins`` float32 from now on, kept in
@@ -890,6 +907,14 @@ def _finding_message(finding: Finding, twins: List[str], which: str, trajectory:
     return ("tfamp_rewrite: training steps%s are being skipped: loss scale %s. The cause is %s "
             "float32: these nodes alone with %s, every node of their op types with %s; %s." % (
                 which, trajectory, cause, nodes_to_exclude_setting(nodes_to_exclude), finding.fix.env, then))
+
+
+def _variable_written(write) -> Optional[str]:
+    """The name of the variable ``write`` (an op of ``WRITE_OPS``) writes, or None."""
+    target = write.inputs[0].op
+    while target.type in PASSING and target.inputs:
+        target = target.inputs[0].op
+    return target.name if target.type in VARIABLE_OPS else None
 
 
 def _whose_steps(signal, several: bool, steps: str = "those") -> str:
