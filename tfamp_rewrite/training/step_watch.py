@@ -232,8 +232,6 @@ class StepWatch:
                     if tensors not in self._probed_kinds:
                         self._probed_kinds.add(tensors)
                         self._probing_since = (start, len(ids))
-            if monitored and self._global_step() is not None:
-                extra["global_step"] = self._global_step()
             return extra, ids
 
     def step_fetches(self, elements, fed):
@@ -361,7 +359,7 @@ class StepWatch:
                 elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
                     self._say_settled(ended, float(scale), signals[i], several)
             if self.monitor is not None and steps:
-                self._sample(dict(extra_values, steps=steps), ids)
+                self._sample(dict(extra_values, steps=steps), ids, run_private)
             if "probes" in extra_values:
                 self._say_probing_pause()
             if "probes" in extra_values and steps:
@@ -490,15 +488,18 @@ class StepWatch:
             return False
         return not (guard.at_floor and episode.diagnosed_at_floor)
 
-    def _sample(self, extra_values: dict, ids) -> None:
-        """Counts the step for the monitor and writes its scalars when it is a sampled one."""
+    def _sample(self, extra_values: dict, ids, run_private) -> None:
+        """Counts the step for the monitor and writes its scalars when it is a sampled one,
+        at ``global_step`` as the step left it: read after the run (``run_private``), as
+        nothing orders a read in the run and the step's increment of a resource variable."""
         steps = extra_values["steps"].values()
         sampled = self.monitor.count(skipped=not all(bool(finite) for finite, _ in steps))
         if not sampled:
             return
         probes = self._diagnosis_now().ops.probes
         counts = extra_values["probes"][0] if "probes" in extra_values else []
-        step = extra_values.get("global_step")
+        global_step = self._global_step()
+        step = None if global_step is None else run_private([global_step])[0]
         self.monitor.write(None if step is None else int(step), min(float(s) for _, s in steps),
                            len(self.heals), [probes[i] for i in ids], counts)
 
