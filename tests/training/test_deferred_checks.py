@@ -200,8 +200,8 @@ def test_a_write_computed_from_a_check_writes_nothing_where_the_check_fails(capl
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
         got = means(tfamp_rewrite.Session)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert len(said(caplog, "1 write(s) computed from a check_numerics or an assertion (e.g. "
-                            "'update_mean') write nothing in a run where it failed")) == 1
+    assert len(said(caplog, "in a run where a check_numerics or an assertion fails, the 1 write(s) "
+                            "computed from it (e.g. 'update_mean') write nothing")) == 1
 
 
 @pytest.mark.parametrize("how", ["run", "callable"])
@@ -308,3 +308,57 @@ def test_an_evaluations_deferred_assertion_failing_below_half_nodes_is_said(capl
     assert len(said(caplog, "assertion(s) (e.g. 'auc/assert_")) == 1  # deferred
     (line,) = said(caplog, "nodes lie upstream of")
     assert re.search(r"failed in the assertion 'auc/assert_(less|greater)_equal/Assert/", line)
+
+
+def test_a_guard_failing_on_finite_values_stops_the_update_and_fails_every_run():
+    """An exploding-gradient guard before apply_gradients, failing on a finite norm: float32
+    raises at every run and never updates. Deferred, the update was applied, then raised."""
+    with control_flow_v1():
+        parts = summed_loss_net()
+        graph = parts["graph"]
+        with graph.as_default():
+            grads = [op.outputs[0] for op in graph.get_operations()
+                     if op.type == "MatMul" and op.name.startswith("gradients/hidden/")]
+            guard = tf1.debugging.assert_less(tf1.global_norm(grads), 1e-3, message="exploding gradients")
+            weights = [v for v in tf1.trainable_variables() if "kernel" in v.name]
+            opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+            gvs = opt.compute_gradients(parts["loss"])
+            with tf.control_dependencies([guard]):
+                guarded = opt.apply_gradients(gvs)
+    with tfamp_rewrite.Session(graph=graph) as session:
+        session.run(parts["init"])
+        session.run(tf1.variables_initializer(opt.variables()))
+        before = session.run(weights)
+        raised = 0
+        for _ in range(30):
+            try:
+                session.run(guarded, parts["feed"])
+            except tf.errors.InvalidArgumentError as error:
+                assert "exploding gradients" in error.message
+                raised += 1
+        after = session.run(weights)
+    assert raised > 10  # once steps would apply, every run fails, as float32's did
+    for old, new in zip(before, after):
+        np.testing.assert_array_equal(old, new)
+
+
+@pytest.mark.parametrize("data", ["string", "values"])
+def test_an_assertion_on_fed_values_alone_is_tensorflows(data):
+    """A guard on the fed batch's finiteness: no skipped step or half node makes a NaN
+    there, so it fails every bad batch as float32's does, not only the unskipped ones."""
+    with control_flow_v1():
+        parts = summed_loss_net()
+        graph = parts["graph"]
+        with graph.as_default():
+            finite = tf.reduce_all(tf.math.is_finite(parts["x"]))
+            shown = ["bad batch"] if data == "string" else ["bad batch", parts["x"]]
+            train = tf.group(parts["train"], tf1.Assert(finite, shown, name="batch_finite"))
+    bad = dict(parts["feed"])
+    bad["x:0"] = bad["x:0"].copy()
+    bad["x:0"][0, 0] = np.nan
+    with tfamp_rewrite.Session(graph=graph) as session:
+        session.run(parts["init"])
+        for _ in range(3):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="bad batch"):
+                session.run(train, bad)
+        assert "batch_finite/Assert" not in session._shadow.deferred_checks

@@ -25,6 +25,7 @@ The session judges the statuses after each run (deferred_checks.py) and raises T
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, List, Optional
 
 from tensorflow.core.framework import tensor_pb2, types_pb2
@@ -33,10 +34,12 @@ from ..graph_rewrite.graph_view import parse_input
 from .check_deferral import SCOPE
 from .node_defs import node_def
 from .op_walks import reachable
+from .unscaled_training import GRADIENT_SCOPE
 
 ASSERT_OP = "Assert"
 MESSAGE = SCOPE + "message"  # an assertion's formatted data: its name + MESSAGE
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}  # integer outputs, whatever their input holds
+_NON_FINITE_VALUE = re.compile(r"(?<![\w.])-?(inf|nan)(?![\w])", re.IGNORECASE)
 SEPARATOR = "\x1f"  # between the data items of a message: a character values rarely hold
 
 
@@ -84,11 +87,13 @@ def defer_assertions(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
     return deferred
 
 
-def waits_for_the_loss_scaling(op) -> bool:
+def waits_for_the_loss_scaling(op, half: Callable[[str], bool]) -> bool:
     """Whether the user graph's ``op`` (an Assert) is one to defer: outside TF1 control flow
-    but its own guard, with a condition computed from floating-point values -- which a
-    skipped step or a half overflow can make inf/nan.  One on shapes, counts or strings
-    alone fails where float32's does, and stays TensorFlow's."""
+    but its own guard, with a condition computed from values the loss scaling or the
+    rewrite can make inf/nan -- a loss-scaled backward pass's (ops under a ``gradients``
+    scope) or a node ``half(name)`` accepts (the rewrite converts it).  One on shapes,
+    counts, strings or float32 values alone (a fed batch's finiteness) fails where
+    float32's does, and stays TensorFlow's."""
     context = op._get_control_flow_context()
     if context is not None and context.outer_context is not None:
         return False
@@ -97,9 +102,22 @@ def waits_for_the_loss_scaling(op) -> bool:
         condition = condition.op.inputs[0]
     if condition.op._get_control_flow_context() is not None:
         return False
-    floating = reachable([condition.op], lambda each: [] if each.type in _SHAPE_OPS else [
+    upstream = reachable([condition.op], lambda each: [] if each.type in _SHAPE_OPS else [
         t.op for t in each.inputs])
-    return any(t.dtype.is_floating for each in floating for t in each.outputs)
+    return any(half(each.name) or GRADIENT_SCOPE.search(each.name) for each in upstream)
+
+
+def shows_floats(op) -> bool:
+    """Whether the user graph's Assert ``op`` shows floating-point values among its data
+    (``tf.Assert(all_finite, ["gradients are not finite"])`` shows none)."""
+    return any(dtype.is_floating for dtype in op.get_attr("T"))
+
+
+def shows_non_finite(message: str) -> bool:
+    """Whether an assertion's ``failure_message`` shows an inf or nan among its values: a
+    failure on finite values alone (a probability above 1, a norm past its bound) is no
+    skipped step's doing."""
+    return bool(_NON_FINITE_VALUE.search(message))
 
 
 def failure_message(formatted: bytes) -> str:

@@ -88,18 +88,55 @@ def hold_checked_writes(graph_def, deferred: Collection[str], deferrable: Callab
         if keeping is None:
             continue
         slot, dtype, added = keeping
-        passed = []
-        for check in checks:
-            passed.append(scope + "passed_%d" % len(passed))
-            added.append(node_def(passed[-1] + "/failed", "Any", [check + STATUS, check + SCOPE + "zero"],
-                                  Tidx=types_pb2.DT_INT32))
-            added.append(node_def(passed[-1], "LogicalNot", [passed[-1] + "/failed"]))
-        added.append(node_def(scope + "every", "Pack", passed, ints={"N": len(passed)}, T=types_pb2.DT_BOOL))
-        added.append(node_def(scope + "passed", "All", [scope + "every", checks[0] + SCOPE + "zero"],
-                              Tidx=types_pb2.DT_INT32))
+        added.extend(_all_passed(checks, scope))
         write_selected(graph_def, node, (slot, dtype, added), scope, scope + "passed", "checked_only")
         held.append(node.name)
     return held
+
+
+def hold_checked_steps(graph_def, deferred: Collection[str], predicates: Collection[str]) -> List[str]:
+    """Makes, in place, each TF1 cond of ``graph_def`` on one of ``predicates`` (the node
+    names of loss-scaled steps' apply predicates) that is computed from ``deferred`` checks
+    -- an exploding-gradient guard under ``control_dependencies`` before ``apply_gradients``
+    -- apply only where they all passed: a failing check stopped the run before the update
+    in float32.  The cond's own ``Switch(pred, pred)`` and ``pred_id`` read
+    ``LogicalAnd(pred, passed)`` instead (the finite flag the session fetches, and the loss
+    scale's update, are left as they are); returns the Switches' names."""
+    by_name = {node.name: node for node in graph_def.node}
+    deferred, held = set(deferred), []
+    for node in list(graph_def.node):
+        if node.op != "Switch" or len(node.input) < 2 or node.input[0] != node.input[1]:
+            continue
+        predicate = node.input[0]
+        checks = _checks_upstream(node, by_name, deferred) if parse_input(predicate)[0] in predicates else []
+        if not checks:
+            continue
+        scope = node.name + "/tfamp_checked/"
+        added = _all_passed(checks, scope)
+        added.append(node_def(scope + "predicate", "LogicalAnd", [predicate, scope + "passed"]))
+        for each in added:
+            each.device = node.device
+        graph_def.node.extend(added)
+        node.input[0] = node.input[1] = scope + "predicate"
+        pred_id = by_name.get(node.name.rsplit("/", 1)[0] + "/pred_id")
+        if pred_id is not None and pred_id.op == "Identity" and pred_id.input[0] == predicate:
+            pred_id.input[0] = scope + "predicate"
+        held.append(node.name)
+    return held
+
+
+def _all_passed(checks: List[str], scope: str) -> List:
+    """The nodes computing ``scope + "passed"``: whether none of ``checks`` saw inf/nan."""
+    added, passed = [], []
+    for check in checks:
+        passed.append(scope + "passed_%d" % len(passed))
+        added.append(node_def(passed[-1] + "/failed", "Any", [check + STATUS, check + SCOPE + "zero"],
+                              Tidx=types_pb2.DT_INT32))
+        added.append(node_def(passed[-1], "LogicalNot", [passed[-1] + "/failed"]))
+    added.append(node_def(scope + "every", "Pack", passed, ints={"N": len(passed)}, T=types_pb2.DT_BOOL))
+    added.append(node_def(scope + "passed", "All", [scope + "every", checks[0] + SCOPE + "zero"],
+                          Tidx=types_pb2.DT_INT32))
+    return added
 
 
 def _checks_upstream(node, by_name, checks: Set[str]) -> List[str]:

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from .assertion_deferral import ASSERT_OP, MESSAGE, failure_message
+from .assertion_deferral import ASSERT_OP, MESSAGE, failure_message, shows_floats, shows_non_finite
 from .check_deferral import STATUS
 from .devices import log_once
 from .op_walks import ancestors
@@ -87,20 +87,22 @@ class DeferredChecks:
         # order, and an upstream check is made before those computed from its value
         name, nan, inf = min(failing, key=lambda f: user_graph.get_operation_by_name(f[0])._id)
         op = user_graph.get_operation_by_name(name)
+        if op.type == ASSERT_OP:
+            asserted = [n for n in names if self._is_assertion(n)]
+            message = failure_message(np.asarray(values[1])[asserted.index(name)])
+            if shows_floats(op) and not shows_non_finite(message):
+                skipped_while_recovering = False  # finite values alone: no skipped step's doing
+        else:
+            kind = "Inf and NaN" if nan and inf else "Inf" if inf else "NaN"
+            message = "%s : Tensor had %s values" % (op.get_attr("message").decode(), kind)
         if skipped_while_recovering:
             what = ("an assertion ('%s') failed" % name if op.type == ASSERT_OP
                     else "a check_numerics saw inf/nan")
             log_once("tfamp_rewrite: %s in a step the loss scaling skipped, so its optimizer "
                      "applied no update (and writes computed from it none); the checks wait "
                      "while the session finds the cause, and fail the run as TensorFlow's do "
-                     "once the session cannot act (said once)" % what)
+                     "once the session cannot act (said once)" % what, key="a check failed in a skipped step")
             return
-        if op.type == ASSERT_OP:
-            asserted = [n for n in names if self._is_assertion(n)]
-            message = failure_message(np.asarray(values[1])[asserted.index(name)])
-        else:
-            kind = "Inf and NaN" if nan and inf else "Inf" if inf else "NaN"
-            message = "%s : Tensor had %s values" % (op.get_attr("message").decode(), kind)
         raise raised_at(tf.errors.InvalidArgumentError, op, message)
 
     def say_unchecked_in_partial_runs(self, elements, fed=()) -> None:

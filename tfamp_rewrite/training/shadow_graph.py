@@ -40,7 +40,7 @@ from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from ..user_log import LOGGER_NAME, log_info
 from .assertion_deferral import ASSERT_OP, defer_assertions, waits_for_the_loss_scaling
-from .check_deferral import defer_checks, hold_checked_writes
+from .check_deferral import defer_checks, hold_checked_steps, hold_checked_writes
 from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
@@ -128,7 +128,7 @@ class ShadowGraph:
             to_import = self._graph_to_import(graph_def, result)
             order_reads_after_writes(to_import, {node.name for node in graph_def.node})
             self._guard_state(to_import, result)
-            deferred = self._defer_checks(to_import)
+            deferred = self._defer_checks(to_import, result)
             if self._imported:  # growth joins the current generation (after a heal, its scope)
                 self._import_additions(graph_def, to_import)
             else:
@@ -151,7 +151,7 @@ class ShadowGraph:
             to_import = self._graph_to_import(graph_def, result)
             order_reads_after_writes(to_import, {node.name for node in graph_def.node})
             self._guard_state(to_import, result)
-            deferred = self._defer_checks(to_import)
+            deferred = self._defer_checks(to_import, result)
             self._import_generation(to_import)
             self._note_deferred(deferred)
             self._version = self.user_graph.version
@@ -230,7 +230,7 @@ class ShadowGraph:
                  "run in processes that never loaded the library" % (self.session_target, instead))
         return False
 
-    def _defer_checks(self, to_import) -> List[str]:
+    def _defer_checks(self, to_import, result) -> List[str]:
         """Defers ``to_import``'s CheckNumerics outside TF1 control flow (check_deferral.py)
         and its assertions on floating-point values (assertion_deferral.py), when the user
         graph holds a loss-scaled step, and holds the writes computed from them where one
@@ -243,16 +243,25 @@ class ShadowGraph:
             return user_op(name)._get_control_flow_context() is None
 
         deferred = defer_checks(to_import, outside_control_flow)
-        deferred += defer_assertions(to_import, lambda name: waits_for_the_loss_scaling(user_op(name)))
+        converted = {d.name for d in result.report.decisions if d.converted}
+        deferred += defer_assertions(to_import, lambda name: waits_for_the_loss_scaling(
+            user_op(name), converted.__contains__))
         if not deferred:
             return deferred
         held = hold_checked_writes(to_import, deferred, outside_control_flow,
                                    leave=self._state_variables()[1])
-        if held:
-            log_once("tfamp_rewrite: %d write(s) computed from a check_numerics or an assertion "
-                     "(e.g. '%s') write nothing in a run where it failed, as TensorFlow's failing "
-                     "check stops the run before them: the checks wait for the loss scaling, the "
-                     "variables keep their values" % (len(held), held[0]))
+        predicates = {s.should_apply.op.name for s in step_signals(self.user_graph)
+                      if s.should_apply is not None and s.should_apply.graph is self.user_graph}
+        steps = hold_checked_steps(to_import, deferred, predicates)
+        if held or steps:
+            parts = ["the %d write(s) computed from it (e.g. '%s') write nothing" % (len(held), held[0])
+                     if held else "",
+                     "the %d loss-scaled step(s) computed from it (an exploding-gradient guard before "
+                     "apply_gradients) apply no update" % len(steps) if steps else ""]
+            log_once("tfamp_rewrite: in a run where a check_numerics or an assertion fails, %s, as "
+                     "TensorFlow's failing check stops the run before them: the checks wait for "
+                     "the loss scaling, the variables keep their values"
+                     % " and ".join(filter(None, parts)), key="writes held by checks")
         return deferred
 
     def _note_deferred(self, deferred: List[str]) -> None:
