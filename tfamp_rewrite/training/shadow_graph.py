@@ -153,6 +153,7 @@ class ShadowGraph:
             self._guard_state(to_import, result)
             deferred = self._defer_checks(to_import, result)
             self._import_generation(to_import)
+            self.deferred_checks = set()  # the new generation's: a healed node defers none
             self._note_deferred(deferred)
             self._version = self.user_graph.version
             return result.report
@@ -277,7 +278,8 @@ class ShadowGraph:
                          "step's gradients and an overflowing %s value are inf/nan by design, so "
                          "%s fails the run only when its step was applied or the session cannot "
                          "act on it" % (len(named), kind, named[0], self.dtype,
-                                        "a check" if op_type != ASSERT_OP else "an assertion"))
+                                        "a check" if op_type != ASSERT_OP else "an assertion"),
+                         key="deferred " + op_type)
         self.deferred_checks |= now
 
     def _rewrite(self, graph_def, whole: bool):
