@@ -287,6 +287,41 @@ def test_a_decomposition_failing_on_a_matrix_half_nodes_computed_names_them(capl
     assert "keep it float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE='^covariance$'" in line
 
 
+@pytest.mark.parametrize("check", ["assert_less", "check_numerics"])
+def test_a_check_failing_every_run_inside_a_while_loop_is_healed(caplog, check):
+    """A check in a while loop's body on a MatMul past float16: every run failed before the
+    search could look, nothing was healed, and the session closed saying none of its runs
+    computed the node."""
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        w = tf1.get_variable("w", initializer=np.full((4, 4), 20.0, np.float32))
+
+        def body(i, total):
+            h = tf.matmul(x, w, name="h")  # 3000 * 20 * 4 = 240000: inf in float16
+            if check == "assert_less":
+                guard = tf1.debugging.assert_less(tf.reduce_max(tf.abs(h)), 1e7, message="h too large")
+            else:
+                guard = tf1.debugging.check_numerics(h, "h not finite").op
+            with tf.control_dependencies([guard]):
+                return i + 1, total + tf.reduce_sum(h) * 1e-6
+
+        _, total = tf1.while_loop(lambda i, _: i < 3, body, [0, 0.0])
+        init = tf1.global_variables_initializer()
+    feed = {"x:0": np.full((2, 4), 3000.0, np.float32)}
+    failed = []
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(4):
+            try:
+                result = session.run(total, feed)
+            except tf.errors.InvalidArgumentError:
+                failed.append(True)
+        assert [n for heal in session.heals for n in heal.nodes][:1] == ["while/h"]
+    assert len(failed) == 2 and result == pytest.approx(5.76, rel=1e-3)  # float32's, once healed
+    assert "a session closed while looking" not in caplog.text
+
+
 def test_a_float32_only_path_and_a_fed_tensor_are_not_watched():
     """Only tensors a half node lies upstream of are checked, and never a fed one."""
     graph = tf.Graph()

@@ -17,16 +17,17 @@ DECOMPOSITIONS = frozenset({
     "MatrixSolveLs", "Svd", "Qr", "Lu", "Eig", "MatrixSquareRoot", "MatrixLogarithm"})
 
 
-def nearest_half_producers(op, is_half: Callable) -> List:
-    """The ops ``is_half`` accepts nearest up from ``op``'s inputs (the walk stops at each),
-    sorted by name: the half nodes whose values ``op`` is given, through float32 ones."""
+def nearest_half_producers(op, is_half: Callable, passes: Callable = lambda each: False) -> List:
+    """The ops ``is_half`` accepts nearest up from ``op``'s inputs (the walk stops at each,
+    but at those ``passes`` accepts: half ops that only pass values on), sorted by name: the
+    half nodes whose values ``op`` is given, through float32 ones."""
     found, stack, seen = set(), [t.op for t in op.inputs], set()
     while stack:
         each = stack.pop()
         if each in seen:
             continue
         seen.add(each)
-        if is_half(each):
+        if is_half(each) and not passes(each):
             found.add(each)
         else:
             stack.extend(t.op for t in each.inputs)

@@ -29,7 +29,7 @@ _DTYPE_ATTR = {"Assign": "T", "AssignVariableOp": "dtype"}
 _DT_FLOAT = 1  # types_pb2.DT_FLOAT
 # ops whose outputs are among their inputs' values (they round nothing of their own): the
 # write names the node computing the value, past them
-_PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Transpose", "Relu", "Relu6",
+PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Transpose", "Relu", "Relu6",
                            "Maximum", "Minimum", "Max", "Min", "ClipByValue", "Abs", "Neg", "Select",
                            "SelectV2", "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Tile",
                            # a TF1 loop's or cond's value passes through its frame's nodes
@@ -76,7 +76,7 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
 
 def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
     """``(keep, computing)`` for the value node ``name`` computes: the converted nodes up from
-    it through those passing values on (``_PASS_THROUGH``) and float32 scalings
+    it through those passing values on (``PASS_THROUGH``) and float32 scalings
     (``_SCALING``), all of them, in walk order; and the NodeDefs of those among them that
     compute new values (which round to half)."""
     keep, computing, stack, seen = [], [], [name], set()
@@ -91,7 +91,7 @@ def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
             continue
         seen.add(node.name)
         keep.append(node.name)
-        if node.op in _PASS_THROUGH:
+        if node.op in PASS_THROUGH:
             stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
         else:
             computing.append(node)

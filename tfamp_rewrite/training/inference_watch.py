@@ -37,8 +37,9 @@ import numpy as np
 from .decompositions import DECOMPOSITIONS, nearest_half_producers
 from .devices import log_once, nodes_to_exclude_setting
 from .gradient_accumulation import gradient_accumulation_writes
+from .half_writes import PASS_THROUGH
 from .hidden_non_finite import HiddenNonFinite
-from .non_finite_origin import Origin
+from .non_finite_origin import HALF, Origin
 from .op_walks import ancestors
 from .origin_search import OriginSearch
 from .run_plans import ORIGIN, RunPlans, run_key
@@ -181,22 +182,30 @@ class InferenceWatch:
                       % (entry,), entry)
         return None
 
-    def after_failure(self, error, elements, fed=()) -> None:
+    def after_failure(self, error, elements, fed=()) -> Optional[Tuple[Origin, List[str]]]:
         """Says a run (of ``elements``, fed ``fed``) that failed an assertion or a matrix
-        decomposition below a half node: its values cannot be looked at then."""
+        decomposition below a half node: its values cannot be looked at then.  Where one
+        failed again while its origin is looked for (an assertion in a while loop, an
+        evaluation graph's range check: every run fails before the search can look),
+        returns the half nodes nearest up from it, for the session to heal."""
         message = error.message or ""
-        if self.said:
-            return
         graph = self.shadow.graph
         names = [name for name in _FAILED_NODE.findall(message) if has_operation(graph, name)]
+        checked = "assertion failed" in message or (
+            names and graph.get_operation_by_name(names[-1]).type == "CheckNumerics")
+        if self.said:
+            if names and checked and self.search.active():
+                return self._failed_again(graph.get_operation_by_name(names[-1]))
+            return None
         if names and graph.get_operation_by_name(names[-1]).type in DECOMPOSITIONS:
             self._say_decomposition_failed(graph.get_operation_by_name(names[-1]))
-            return
-        if "assertion failed" not in message:
-            return
+            return None
+        if not checked:
+            return None
         if names:
             upstream = ancestors([graph.get_operation_by_name(names[-1])])
-            which = "the assertion %r" % self.shadow.user_name(names[-1])
+            which = "the %s %r" % ("assertion" if "assertion failed" in message else "check_numerics",
+                                   self.shadow.user_name(names[-1]))
         else:  # an Assert in a control flow v2 branch is named as in the branch's function
             upstream = ancestors(elements, {t.name for t in fed})
             which = "an assertion (%s)" % message[message.index("assertion failed"):].split("\n")[0][:80]
@@ -204,6 +213,29 @@ class InferenceWatch:
             self._say("failed in %s, which %s nodes lie upstream of (a metric's range check fails "
                       "on NaN predictions)" % (which, self.shadow.dtype), then="If float32 passes it",
                       rounded=True)
+        return None
+
+    def _failed_again(self, failed) -> Optional[Tuple[Origin, List[str]]]:
+        """The origin to heal for an assertion or check (private op ``failed``) that failed a run again
+        while its origin was looked for: the half nodes nearest up from it, said once."""
+        user_graph = self.shadow.user_graph
+
+        def passes(op):  # a value passed on (a max, a switch) or a cast the rewrite added
+            return op.type in PASS_THROUGH or not has_operation(user_graph, self.shadow.user_name(op.name))
+
+        half = sorted({self.shadow.user_name(op.name)
+                       for op in nearest_half_producers(failed, self.shadow.computes_in_half, passes)})
+        self.search.failed_again(healing=bool(half) and self.heals)
+        if not half:
+            return None
+        which = self.shadow.user_name(failed.name)
+        log_once("tfamp_rewrite: the check %r failed a run again before its values could be "
+                 "looked at, so the search cannot look past it: the %s nodes nearest up from it "
+                 "(%s) are to keep float32, with %s (said once)" % (
+                     which, self.shadow.dtype, ", ".join(repr(name) for name in half[:4])
+                     + (", ..." if len(half) > 4 else ""),
+                     nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
+        return Origin(tensor=which, kind=HALF, node=half[0], op=failed.type), half
 
     def _say_decomposition_failed(self, failed) -> None:
         """Says, once, a matrix decomposition (private op ``failed``) that failed on a matrix

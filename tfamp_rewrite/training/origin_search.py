@@ -59,6 +59,7 @@ class OriginSearch:
         self._healed = False             # a heal followed one of its finds
         self._stored: Optional[Tuple[str, str]] = None  # (write, variable) the said value went to
         self.kept_for_good = False  # found in a variable that keeps it: nothing more to watch
+        self._failed_runs = 0            # runs that failed an assertion before they could look
         self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
         # the search ended finding no origin in float16 (float32's own, or it did not recur):
         # the session watches its runs again (InferenceWatch.after_run)
@@ -122,6 +123,14 @@ class OriginSearch:
             self._again_after_heal = False
             self.start(found)
 
+    def failed_again(self, healing: bool) -> None:
+        """A run computing the said node failed before it could be looked at (an assertion
+        below it): counted, for ``session_closed`` to say; ``healing``: the session heals
+        the nodes nearest up from it, which ends the search."""
+        self._failed_runs += 1
+        if healing:
+            self._runs_left = 0
+
     def session_closed(self) -> None:
         """Says, once per process, that a session closed while its search was on: an
         evaluation's session (an Estimator's) may end before ``ORIGIN_RUNS`` runs looked."""
@@ -132,7 +141,9 @@ class OriginSearch:
                  "starts: %s, so nothing was found or ruled out. If float32 gives inf/nan there too "
                  "(a 0/0 of the model's own), mixed precision did not cause it; tfamp-rewrite doctor, "
                  "given such an input, names the node (said once)"
-                 % ("%d of its later runs looked and none showed it" % looked if looked
+                 % ("%d of its later runs failed before their values could be looked at"
+                    % self._failed_runs if self._failed_runs else
+                    "%d of its later runs looked and none showed it" % looked if looked
                     else "none of its later runs computed that node"))
 
     def _computes_said_node(self, elements, fed=()) -> bool:

@@ -334,7 +334,9 @@ class _RewritingSession:
         try:
             return self._call_base(super().run, fetches, feeds, options, run_metadata)
         except tf.errors.InvalidArgumentError as error:
-            self._inference.after_failure(error, elements, fed)
+            found = self._inference.after_failure(error, elements, fed)
+            if found is not None and self._watch is not None:
+                self._heal_origin(found, "a run failing an assertion again below half nodes")
             raise
 
     def _judge_run(self, checks, statuses, steps_before: int, fetches, values, hidden=None,

@@ -607,8 +607,9 @@ class StepWatch:
         the heal wrote them from the inf/nan -- or ''."""
         graph = self.shadow.user_graph
         ops = [graph.get_operation_by_name(name) for name in nodes if has_operation(graph, name)]
+        scales = {v.op.name for v in loss_scale_variables(step_signals(graph))}
         written = sorted({_variable_written(op) for op in downstream_of(graph, ops)
-                          if op.type in WRITE_OPS and op.inputs} - {None})
+                          if op.type in WRITE_OPS and op.inputs} - {None} - scales)
         if not written:
             return ""
         return ("; the runs before it wrote values computed from it into %s %s, which keep%s them "
