@@ -60,6 +60,16 @@ def test_fixes_name_no_node_the_session_added_to_the_users_graph():
     assert fix.nodes == ["dense/MatMul", "dense/Relu/tfamp_finite_values/flat"]  # both kept
 
 
+@pytest.mark.parametrize("scope", ["unscale_and_check_finite", "unscale_and_check_finite_1"])
+def test_fixes_name_none_of_the_loss_scalings_own_nodes(scope):
+    """On a server session the unscale group runs as stock ops, and its half IsFinite next to
+    the culprit was named in nodes_to_exclude and deny-listed, an op the user never made."""
+    culprit = HalfNode("gradients/out/MatMul_grad/MatMul_1", "MatMul", "allow")
+    ours = HalfNode(scope + "/group/is_finite_2", "IsFinite", "clear")
+    fix = fix_for([culprit, ours])
+    assert fix.nodes_to_exclude == ["^gradients/out/MatMul_grad/MatMul_1$"] and "IsFinite" not in fix.env
+
+
 def test_fixes_name_every_node_holding_the_tensor_and_the_list_edit():
     producer, reader = HalfNode("sq", "Mul", "infer"), HalfNode("mm2", "MatMul", "allow")
     fix = fix_for([producer, reader])

@@ -2324,3 +2324,24 @@ def test_nothing_found_names_a_decomposition_of_a_matrix_half_nodes_computed():
     assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^gram$'" in clause
     shadow.converted_now = lambda: set()
     assert StepWatch(shadow, auto_fix=True)._decompositions_of_half() == ""
+
+
+def test_one_optimizer_applying_twice_in_a_run_is_not_said_to_be_two(caplog):
+    """tf_cnn_benchmarks' 'replicated' update: one optimizer, one apply_gradients per
+    variable copy. The first-skip line counted the second call as another optimizer with
+    its own loss scale."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full([8, 8], 8.0, np.float32))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+        trains = []
+        for scope in ("copy0", "copy1"):
+            with tf1.variable_scope(scope):
+                w = tf1.get_variable("w", initializer=np.full([8, 1], 0.5, np.float32))
+            trains.append(opt.minimize(tf.reduce_sum(tf.square(tf.matmul(x, w))) / 2.0, var_list=[w]))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(trains)
+    (said,) = [r.getMessage() for r in caplog.records if "a training step was skipped" in r.getMessage()]
+    assert "other optimizer" not in said

@@ -67,10 +67,14 @@ class Risk:
         return "%s%s" % (what, scaled)
 
 
+_UNSCALE_SCOPE = re.compile(r"unscale_and_check_finite(_\d+)?$")  # the loss scaling's unscale group
+
+
 def added_by_the_plugin(name: str) -> bool:
     """Whether node ``name`` is one the session added to the user's graph (a histogram's
-    finite-values filter, under a ``tfamp_`` scope): no edit of the user's names it."""
-    return any(part.startswith("tfamp_") for part in name.split("/"))
+    finite-values filter, under a ``tfamp_`` scope) or the loss scaling built in it (its
+    unscale and finite check, run as stock ops on a server): no edit of the user's names it."""
+    return any(part.startswith("tfamp_") or _UNSCALE_SCOPE.match(part) for part in name.split("/"))
 
 
 def fix_for(nodes: List[HalfNode]) -> Fix:

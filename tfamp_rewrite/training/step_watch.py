@@ -352,8 +352,9 @@ class StepWatch:
                 guard = self._guard(signals[i])
                 self._note_scale(i, float(scale), bool(all_finite), signals[i].loss_scale)
                 ended = guard.observe(float(scale), bool(all_finite), loss_finite=i not in losses_not_finite)
-                if not all_finite:
-                    others = sum(1 for j, (finite, _) in steps.items() if j != i and not finite)
+                if not all_finite:  # the other loss scales whose steps skipped in this run
+                    others = len({id(signals[j].loss_scale) for j, (finite, _) in steps.items()
+                                  if not finite} - {id(signals[i].loss_scale)})
                     self._say_first_skip(float(scale), signals[i], several, others,
                                          loss_finite=i not in losses_not_finite)
                 elif ended is not None and not ended.named and guard.fell_far(ended, min(ended.scales)):
