@@ -10,3 +10,9 @@ def cpu_target_and_fresh_log(monkeypatch):
     monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
     monkeypatch.setattr(devices, "_logged", set())
     monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+
+
+@pytest.fixture
+def emulated_numerics(monkeypatch):
+    """Half numerics emulated on this CPU (rounding to half after each converted node)."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")

@@ -73,6 +73,13 @@ def test_checked_gradients_of_skipped_steps_do_not_stop_training(caplog):
     assert len(said(caplog, "a check_numerics saw inf/nan in a step the loss scaling skipped")) == 1
 
 
+def hidden_layer_gradient_norm(graph):
+    """The global norm of summed_loss_net's hidden-layer weight gradients (its backward
+    MatMuls), built in ``graph``."""
+    return tf1.global_norm([op.outputs[0] for op in graph.get_operations()
+                            if op.type == "MatMul" and op.name.startswith("gradients/hidden/")])
+
+
 def gradient_norm_guarded_net(bound):
     """summed_loss_net's step under an exploding-gradient guard, written in TF1 control flow
     as TF1 programs ran it: ``assert_less(global_norm(grads), bound)`` (TensorFlow's guarded
@@ -81,9 +88,7 @@ def gradient_norm_guarded_net(bound):
         parts = summed_loss_net()
         graph = parts["graph"]
         with graph.as_default():
-            grads = [op.outputs[0] for op in graph.get_operations()
-                     if op.type == "MatMul" and op.name.startswith("gradients/hidden/")]
-            norm = parts["norm"] = tf1.global_norm(grads)
+            norm = parts["norm"] = hidden_layer_gradient_norm(graph)
             bounded = parts["bounded"] = tf1.debugging.assert_less(norm, bound, message="exploding gradients")
             finite = parts["finite"] = tf1.Assert(tf.reduce_all(tf.math.is_finite(norm)),
                                                   ["gradients are not finite"], name="all_finite")
@@ -317,9 +322,8 @@ def test_a_guard_failing_on_finite_values_stops_the_update_and_fails_every_run()
         parts = summed_loss_net()
         graph = parts["graph"]
         with graph.as_default():
-            grads = [op.outputs[0] for op in graph.get_operations()
-                     if op.type == "MatMul" and op.name.startswith("gradients/hidden/")]
-            guard = tf1.debugging.assert_less(tf1.global_norm(grads), 1e-3, message="exploding gradients")
+            norm = hidden_layer_gradient_norm(graph)
+            guard = tf1.debugging.assert_less(norm, 1e-3, message="exploding gradients")
             weights = [v for v in tf1.trainable_variables() if "kernel" in v.name]
             opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
             gvs = opt.compute_gradients(parts["loss"])

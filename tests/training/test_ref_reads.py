@@ -6,16 +6,9 @@ import tensorflow as tf
 from model_graphs import control_flow_v1
 
 import tfamp_rewrite
-from tfamp_rewrite.training import devices
 
 tf1 = tf.compat.v1
-
-
-@pytest.fixture(autouse=True)
-def emulated_cpu_amp(monkeypatch):
-    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
-    monkeypatch.setattr(devices, "_logged", set())
+pytestmark = pytest.mark.usefixtures("cpu_target_and_fresh_log", "emulated_numerics")
 
 
 def test_a_matmul_waiting_on_an_assignment_reads_the_assigned_value():
