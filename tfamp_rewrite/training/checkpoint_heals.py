@@ -67,10 +67,17 @@ class CheckpointRuns:
         return known
 
 
+# what a checkpoint a run resumes from holds beside the weights: global_step, an optimizer's slots
+_RESUMED = re.compile(r"(^|/)global_step$|beta[12]_power|"
+                      r"/(Adam|Momentum|RMSProp|Adagrad|Ftrl|Adadelta)(_\d+)?$")
+
+
 def say_loss_scale_left_out(elements, loss_scale_variables: List[str]) -> None:
     """After a Saver's save run of ``elements``: says once when it wrote none of the loss
-    scale's variables (names), as a Saver given ``tf.trainable_variables()`` does -- every
-    process resuming from its checkpoints starts the scale again and skips steps anew."""
+    scale's variables (names) but global_step or an optimizer's slots, as a Saver given
+    ``tf.trainable_variables() + [global_step]`` does -- every process resuming from its
+    checkpoints starts the scale again and skips steps anew.  A weights-only export is no
+    checkpoint to resume from, and is not said."""
     if not loss_scale_variables:
         return
     saved = set()
@@ -79,7 +86,8 @@ def say_loss_scale_left_out(elements, loss_scale_variables: List[str]) -> None:
         names = op.inputs[1].op if saving else None
         if names is not None and names.type == "Const":
             saved.update(_text(name) for name in np.ravel(tf.make_ndarray(names.get_attr("value"))))
-    if saved and not saved & set(loss_scale_variables):
+    resumes = any(_RESUMED.search(name) for name in saved)  # not a weights-only export
+    if saved and resumes and not saved & set(loss_scale_variables):
         log_once("tfamp_rewrite: a Saver saves none of the loss scale's variables (e.g. %r): its "
                  "var_list leaves them out, so a process resuming from its checkpoints starts the "
                  "scale again from its initial value and skips steps until it falls again. Add "

@@ -65,9 +65,9 @@ class LateLossScales:
             return
         run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
         log_once("tfamp_rewrite: the session initialized the loss scale ('%s') of a training step "
-                 "built after its first run, which the program's initializers ran before: "
-                 "a float32 optimizer without slots (GradientDescent) needs no initializer "
-                 "then (said once)" % uninitialized[0].op.name)
+                 "built after its first run, which no initializer of the program's covered: the "
+                 "program's initializers ran before that step existed, or initialized only the "
+                 "variables it knew of (said once)" % uninitialized[0].op.name)
 
 
 def _is_initialized(variable):

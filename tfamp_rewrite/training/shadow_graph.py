@@ -49,7 +49,7 @@ from .half_writes import STORE_OPS, half_written_variables, say_half_writes
 from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
 from .ref_reads import order_reads_after_writes
-from .state_guard import guard_state_writes
+from .state_guard import PASSING, guard_state_writes
 from .step_signals import in_loss_scaled_apply, step_signals
 from .unscaled_training import unguarded_writes
 from .variable_check import state_variables
@@ -200,7 +200,7 @@ class ShadowGraph:
     def _written_variable(self, write: str) -> str:
         """The name of the variable the user graph's ``write`` writes (its first input)."""
         target = self.user_graph.get_operation_by_name(write).inputs[0].op
-        while target.type == "Identity" and target.inputs:
+        while target.type in PASSING and target.inputs:  # a batch norm's cond: a Switch
             target = target.inputs[0].op
         return target.name
 

@@ -666,8 +666,9 @@ class StepWatch:
             then = ("its loss itself was inf/nan, which no loss scale makes or mends (a forward "
                     "value, not a gradient), so the next skipped step is diagnosed")
         log_info("tfamp_rewrite: a training step was skipped%s: its gradients were not all finite "
-                 "at loss scale %g, so its optimizer applied no update (nor advanced global_step, "
-                 "which counts applied steps only) and the scale was lowered; %s (said once)"
+                 "at loss scale %g, so its optimizer applied no update (a global_step it advances "
+                 "stays where it is: it counts applied steps only) and the scale was lowered; %s "
+                 "(said once)"
                  % (which, scale, then))
 
     def _say_settled(self, episode, scale: float, signal, several: bool) -> None:
