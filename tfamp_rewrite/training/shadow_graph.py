@@ -514,15 +514,18 @@ class ShadowGraph:
         with self._lock:
             result = [_memoised(self._feeds, key, self._private_feed) for key in keys]
             rounded, self._rounded_feeds = self._rounded_feeds, []
+        exact = ("values a %s node computed, fetched and fed back (an RNN's state), are exact "
+                 "already; feed %s to keep others exact" % (
+                     self.dtype, "a float32 placeholder" if len(rounded) == 1 else "float32 placeholders"))
         if len(rounded) == 1:
             log_once("tfamp_rewrite: %s is fed, and the rewrite runs its node in %s: the fed values "
-                     "are rounded to %s (feed a float32 placeholder to keep them exact)"
-                     % (rounded[0], self.dtype, self.dtype))
+                     "are rounded to %s (%s)" % (rounded[0], self.dtype, self.dtype, exact),
+                     key="fed values rounded")
         elif rounded:
             names = ", ".join(repr(n) for n in rounded[:4]) + (", ..." if len(rounded) > 4 else "")
             log_once("tfamp_rewrite: %d fed tensors (%s) feed nodes the rewrite runs in %s: their "
-                     "fed values are rounded to %s (feed float32 placeholders to keep them exact)"
-                     % (len(rounded), names, self.dtype, self.dtype))
+                     "fed values are rounded to %s (%s)"
+                     % (len(rounded), names, self.dtype, self.dtype, exact), key="fed values rounded")
         return result
 
     def _private_fetch(self, element):
