@@ -27,10 +27,12 @@ def cpu_target(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def summaries_not_said_yet(monkeypatch):
-    """Each rewrite summary line is logged once per process: these tests look for theirs."""
-    from tfamp_rewrite.training import shadow_graph
+    """Each rewrite summary line, and each said-once line, is logged once per process: these
+    tests look for theirs."""
+    from tfamp_rewrite.training import devices, shadow_graph
 
     monkeypatch.setattr(shadow_graph, "_SAID_SUMMARIES", set())
+    monkeypatch.setattr(devices, "_logged", set())
 
 
 def probe_graph():
