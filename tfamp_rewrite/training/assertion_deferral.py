@@ -5,8 +5,9 @@ An exploding-gradient guard (``tf.debugging.assert_less(tf.global_norm(grads), 1
 condition is false.  Under loss scaling a skipped step's gradients are inf or nan by design,
 and a half forward value may overflow where float32's did not; so such an assertion fails
 runs float32 passes.  Like ``check_numerics`` (check_deferral.py), in the copy of the user's
-graph a rewriting session imports, each ``Assert`` that ``deferrable(name)`` accepts keeps
-its name and its consumers but formats its data instead of failing::
+graph a rewriting session imports, each ``Assert`` that ``deferrable(name)`` accepts (the
+session's: ``waits_for_the_loss_scaling``, a condition a half node or a backward pass lies
+upstream of) keeps its name and its consumers but formats its data instead of failing::
 
     Assert(condition, data...)  ->  StringFormat(data...)   (the values TensorFlow's message
                                                              shows, joined by SEPARATOR)
@@ -21,7 +22,10 @@ host) data in every run and ``failed = LogicalNot(condition)``.  An ``Assert`` i
 the user's, or in a guard of another shape, stays TensorFlow's.
 
 The session judges the statuses after each run (deferred_checks.py) and raises TensorFlow's
-"assertion failed: [...]" from ``failure_message`` where it must.
+"assertion failed: [...]" from ``failure_message`` where it must -- at once where the values
+an assertion shows are all finite (``shows_floats``, ``shows_non_finite``), which no skipped
+step explains.  The formatting is ``tf.strings.format``'s (numpy-like, ``summarize`` items at
+each end of each dimension), not the Assert kernel's.
 """
 from __future__ import annotations
 

@@ -24,7 +24,10 @@ of them saw inf/nan (``hold_checked_writes``)::
     Assign(v, x)   x -> Select(passed, x, v)     passed = All(Pack([Not(Any(status)), ...]))
 
 (and the other writes state_guard.py guards, each keeping what it would change).  The
-user's graph is not changed.
+writes only an applied step runs are the step's: a loss-scaled step computed from deferred
+checks (an exploding-gradient guard under ``control_dependencies`` before
+``apply_gradients``) applies only where they passed (``hold_checked_steps``).  The user's
+graph is not changed.
 """
 from __future__ import annotations
 
