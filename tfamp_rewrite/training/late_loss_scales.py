@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, List
 
-from tensorflow.python.framework import dtypes
-from tensorflow.python.ops import gen_resource_variable_ops, gen_state_ops
+import tensorflow as tf
 
 from .devices import log_once
 from .op_walks import ancestors
@@ -40,6 +39,14 @@ class LateLossScales:
             self._ran = True
             self._known = len(step_signals(self.user_graph))
 
+    def _initialized(self, variable, run_private) -> bool:
+        """Whether the user graph's ``variable`` holds a value in the session (read once)."""
+        try:
+            run_private([self.shadow.private_fetch(variable)])
+        except tf.errors.FailedPreconditionError:
+            return False
+        return True
+
     def before_run(self, elements, run_private: Callable[[List], list]) -> None:
         """Before a run of ``elements`` (private graph): initializes the uninitialized
         loss-scale variables of the steps built since the first run (``run_private`` runs
@@ -57,10 +64,7 @@ class LateLossScales:
         variables = [v for v in variables if self.shadow.private_fetch(v.initializer) not in computed]
         if not variables:
             return
-        with self.shadow.graph.as_default():
-            initialized = run_private([_is_initialized(self.shadow.private_fetch(v.op).outputs[0])
-                                       for v in variables])
-        uninitialized = [v for v, done in zip(variables, initialized) if not done]
+        uninitialized = [v for v in variables if not self._initialized(v, run_private)]
         if not uninitialized:
             return
         run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
@@ -68,10 +72,3 @@ class LateLossScales:
                  "built after its first run, which no initializer of the program's covered: the "
                  "program's initializers ran before that step existed, or initialized only the "
                  "variables it knew of (said once)" % uninitialized[0].op.name)
-
-
-def _is_initialized(variable):
-    """A bool tensor: whether ``variable`` (a resource handle or a reference) holds a value."""
-    if variable.dtype == dtypes.resource:
-        return gen_resource_variable_ops.var_is_initialized_op(variable)
-    return gen_state_ops.is_variable_initialized(variable)
