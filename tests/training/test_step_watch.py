@@ -2345,3 +2345,25 @@ def test_one_optimizer_applying_twice_in_a_run_is_not_said_to_be_two(caplog):
         session.run(trains)
     (said,) = [r.getMessage() for r in caplog.records if "a training step was skipped" in r.getMessage()]
     assert "other optimizer" not in said
+
+
+def test_a_run_pushing_loss_scaled_gradients_to_an_accumulator_is_not_an_inference(caplog):
+    """A SyncReplicasOptimizer worker pushes its loss-scaled gradients into the chief's
+    ConditionalAccumulators: an overflow there was called an inference's inf/nan that
+    'nothing skipped or healed', though the chief's loss-scaled step skips it."""
+    parts = overflow_net()
+    graph = parts["graph"]
+    with graph.as_default():
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        (gradient, weight), = [(g, v) for g, v in opt.compute_gradients(parts["loss"]) if "w2" in v.name]
+        accumulator = tf1.ConditionalAccumulator(tf.float32, shape=weight.shape, shared_name="w2_grads")
+        push = accumulator.apply_grad(gradient, local_step=0)
+        opt.apply_gradients([(accumulator.take_grad(1), weight)])  # the chief's step
+        init = tf1.variables_initializer(opt.variables())
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run([parts["init"], init])
+            for _ in range(3):
+                loss = session.run([push, parts["loss"]], parts["feed"])[1]  # a worker logs its loss
+    assert not np.isfinite(loss)  # the forward pass overflowed half
+    assert "computed no loss-scaled step" not in caplog.text

@@ -52,6 +52,8 @@ UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (mo
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
+_ACCUMULATOR_PUSHES = {"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
+                       "SparseAccumulatorApplyGradient"}
 
 
 class InferenceWatch:
@@ -84,15 +86,19 @@ class InferenceWatch:
 
     def adds_scaled_gradients(self, elements, fed=()) -> bool:
         """Whether a run of ``elements`` (fed ``fed``) adds loss-scaled gradients into an
-        accumulator that a step applies in a run of its own (``gradient_accumulators``):
-        its inf/nan is the loss scale's, which that step's finite check sees and skips.
-        Such a run is not watched as an inference."""
+        accumulator that a step applies in a run of its own (``gradient_accumulators``, or a
+        ConditionalAccumulator of SyncReplicasOptimizer's): its inf/nan is the loss scale's,
+        which that step's finite check sees and skips.  Such a run is not watched as an
+        inference."""
         return self._micro_batches.get(elements, fed)
 
     def _adds_scaled_gradients(self, elements, fed) -> bool:
         writes = gradient_accumulation_writes(self.shadow.user_graph)
-        return bool(writes) and any(self.shadow.user_name(op.name) in writes
-                                    for op in ancestors(elements, {t.name for t in fed}))
+        computed = ancestors(elements, {t.name for t in fed})
+        # a SyncReplicasOptimizer worker's run pushes its gradients into the chief's
+        # accumulators, whose loss-scaled step applies them in a run of its own
+        return any(op.type in _ACCUMULATOR_PUSHES or self.shadow.user_name(op.name) in writes
+                   for op in computed)
 
     def looking_for_origin(self) -> bool:
         """Whether the origin of what was said is being looked for (``OriginSearch.active``)."""
