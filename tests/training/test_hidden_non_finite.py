@@ -119,9 +119,33 @@ def test_later_runs_reading_a_variable_an_overflow_was_stored_in_are_told_where_
     lines = ours(caplog)
     assert "mixed precision did not cause it" not in caplog.text
     (stored,) = [line for line in lines if "starts in variable 'variance'" in line]
-    assert "the write 'store' of the run said above stored float16's inf/nan in it" in stored
+    assert "the write 'store' of the run said above stored float16's inf/nan in variable 'variance'" in stored
     assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^e_step$,^m_step$'" in stored
     assert lines[-1] == stored  # nothing more is watched: every later run reads it
+
+
+def test_an_overflow_stored_in_one_variable_and_passed_to_another_is_traced_to_its_write(caplog):
+    """EM by hand: the M-step's overflow went into the means, the variances were written
+    from the means, and the later runs' NaN started in a float32 value of the variances --
+    said to show that mixed precision did not cause it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        means = tf1.Variable(tf.ones([4, 4]), name="means")
+        spread = tf1.Variable(tf.ones([4, 4]), name="spread")
+        store = tf1.assign(means, tf.matmul(x, x, transpose_a=True, name="moments") / 1000.0, name="store")
+        pass_on = tf1.assign(spread, means * 2.0, name="pass_on")
+        score = tf.reduce_mean(spread - spread, name="score")  # inf - inf: NaN in float32
+    feed = {"x:0": np.full([1000, 4], 100.0, np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run([means.initializer, spread.initializer])
+        session.run(store.op, feed)
+        for _ in range(12):
+            session.run([pass_on.op, score])
+    assert "mixed precision did not cause it" not in caplog.text
+    (stored,) = [line for line in ours(caplog) if "of the run said above stored" in line]
+    assert "starts in the float32 value 'score:0', computed from the program's variables" in stored
+    assert "stored float16's inf/nan in variable 'means'" in stored and "'^moments$'" in stored
 
 
 def test_a_value_a_setup_run_stored_is_traced_from_the_runs_reading_it(caplog):

@@ -172,6 +172,8 @@ class InferenceWatch:
         if self.said:
             if self.search.waits_after_heal():
                 self.search.again_if_non_finite(_non_finite_leaf(fetches, values))
+            elif self.search.active():  # a run with no half region to look at
+                self.search.returned_from_state(_non_finite_leaf(fetches, values))
             return None
         found = _non_finite_leaf(fetches, values)
         entry = self._first_hidden(hidden, hidden_statuses) if found is None else None

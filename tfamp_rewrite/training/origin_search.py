@@ -34,7 +34,7 @@ from ..doctor.probes import HalfNode
 from .devices import log_once, nodes_to_exclude_setting
 from .half_readers import half_readers
 from .heal_memory import HEAL_FILE_ENV
-from .non_finite_origin import ADDED, FED, NonFiniteOrigin, Origin
+from .non_finite_origin import ADDED, FED, FLOAT32, NonFiniteOrigin, Origin
 from .op_walks import ancestors
 from .shadow_graph import has_operation
 from .twins import twin_nodes
@@ -252,8 +252,10 @@ class OriginSearch:
         self.ended_without_origin = True
         from_stored = [each for each in [origin, *independent] if self._stored is not None
                        and each.kind != FED and self._reads(each.node, self._stored[1])]
-        if from_stored:
-            self._say_stored(from_stored[0])
+        from_state = [each for each in [origin, *independent] if self._stored is not None
+                      and each.kind != FED and self._reads_state(each.node)]
+        if from_stored or from_state:
+            self._say_stored((from_stored or from_state)[0], direct=bool(from_stored))
             self.kept_for_good = True
             return
         variable = origin.kind != FED and self._variable_value(origin.node)
@@ -273,20 +275,45 @@ class OriginSearch:
                                   " in these runs (a write of an earlier run put it in variable %r)"
                                   % variable if variable else ""))
 
-    def _say_stored(self, origin: Origin) -> None:
+    def returned_from_state(self, found) -> None:
+        """A run with no half node to look at returned inf/nan (``found``: the fetch holding
+        it, or None): where the said value went into a variable, and the fetch is computed
+        from the program's variables, says so (``_say_stored``) and ends the search."""
+        name = getattr(found, "name", found)
+        if self._stored is None or not isinstance(name, str) or not name:
+            return
+        node = name.split(":")[0]
+        if not self._reads_state(node):
+            return
+        self._say_stored(Origin(tensor=name, kind=FLOAT32, node=node, op=""),
+                         direct=self._reads(node, self._stored[1]))
+        self.kept_for_good, self.ended_without_origin, self._runs_left = True, True, 0
+
+    def _say_stored(self, origin: Origin, direct: bool = True) -> None:
         """Says that the float32 ``origin`` of the later runs' inf/nan reads the variable a
-        write stored the said inf/nan in, and which half nodes computed that value."""
+        write stored the said inf/nan in (``direct``), or other variables of the program
+        (EM's variances, written from the means the inf went into), and which half nodes
+        computed the stored value."""
         write, variable = self._stored
         graph, converted = self.shadow.user_graph, self.shadow.converted_now()
         half = sorted(op.name for op in ancestors([graph.get_operation_by_name(write)])
                       if op.name in converted)
-        log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in variable %r, "
-                 "which the float32 value %r reads: the write %r of the run said above stored "
-                 "%s's inf/nan in it (an update no loss scaling skips), and the variable keeps it "
-                 "for good, so mixed precision did cause it. Keep the %d %s node(s) computing that "
+        where = ("variable %r, which the float32 value %r reads" % (variable, origin.tensor) if direct
+                 else "the float32 value %r, computed from the program's variables" % origin.tensor)
+        log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in %s: the write "
+                 "%r of the run said above stored %s's inf/nan in variable %r (an update no loss "
+                 "scaling skips), which keeps it for good and passes it on to what is computed "
+                 "from it, so mixed precision did cause it. Keep the %d %s node(s) computing that "
                  "value float32 (%s) and start again from values saved before (said once)"
-                 % (variable, origin.tensor, write, self.shadow.dtype, len(half), self.shadow.dtype,
+                 % (where, write, self.shadow.dtype, variable, len(half), self.shadow.dtype,
                     nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
+
+    def _reads_state(self, node: str) -> bool:
+        """Whether user node ``node`` is computed from any variable's value."""
+        if not has_operation(self.shadow.user_graph, node):
+            return False
+        user_op = self.shadow.user_graph.get_operation_by_name(node)
+        return any(op.type in VARIABLE_OPS for op in ancestors([user_op]))
 
     def _reads(self, node: str, variable: str) -> bool:
         """Whether user node ``node`` is computed from ``variable``'s value."""
