@@ -151,3 +151,16 @@ def test_a_half_value_scaled_in_float32_before_it_is_stored_is_said(monkeypatch,
 def test_an_average_float32_computes_is_not_said(caplog):
     error, said = aggregated("sum", caplog)
     assert error < 1e-6 and said == []
+
+
+def test_a_second_write_to_the_same_variable_built_later_is_not_said_again(caplog):
+    """TBPTT builds its state carry again for validation: the line came again, naming the
+    new Assign, for the same variable."""
+    graph, init, aggregate, step, clients, server = federated_average("tensordot")
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(aggregate)
+        with graph.as_default():
+            again = server.assign(tf.tensordot(tf.constant([0.6, 0.4]), tf.stack(clients), axes=1))
+        session.run(again)
+    assert len([r for r in caplog.records if SAID in r.getMessage()]) == 1

@@ -99,7 +99,8 @@ def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
 
 
 def say_half_writes(writes: List[HalfWrite], dtype: str) -> None:
-    """Says the first of ``writes``, once per process."""
+    """Says the first of ``writes``, once per process and variable (a write to it built again
+    for validation, TBPTT's state carry, is not said again)."""
     if not writes:
         return
     first, others = writes[0], len(writes) - 1
@@ -115,4 +116,4 @@ def say_half_writes(writes: List[HalfWrite], dtype: str) -> None:
                  first.assignment, first.variable, dtype, first.computed_by, first.op, more, dtype,
                  2048 if dtype == "float16" else 256,
                  "it" if len(keep) == 1 else "the %d nodes computing and passing on such values" % len(keep),
-                 fix))
+                 fix), key="half write to " + first.variable)
