@@ -60,6 +60,7 @@ class OriginSearch:
         self._stored: Optional[Tuple[str, str]] = None  # (write, variable) the said value went to
         self.kept_for_good = False  # found in a variable that keeps it: nothing more to watch
         self._failed_runs = 0            # runs that failed an assertion before they could look
+        self._from_state: Optional[Origin] = None  # a returned inf/nan computed from variables
         self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
         # the search ended finding no origin in float16 (float32's own, or it did not recur):
         # the session watches its runs again (InferenceWatch.after_run)
@@ -78,6 +79,7 @@ class OriginSearch:
         self._said_node = name.split(":")[0] if isinstance(name, str) and name else None
         self._runs_left = ORIGIN_RUNS
         self._stored = self._stored_by(said)
+        self._from_state = None
 
     def _stored_by(self, said) -> Optional[Tuple[str, str]]:
         """``(write, variable)`` when ``said`` is a value a write of the user graph stores (a
@@ -137,6 +139,8 @@ class OriginSearch:
         if not self.active():
             return
         looked, self._runs_left = ORIGIN_RUNS - self._runs_left, 0  # close() may come twice
+        if self._said_from_state():
+            return
         log_once("tfamp_rewrite: a session closed while looking for where the inf/nan said above "
                  "starts: %s, so nothing was found or ruled out. If float32 gives inf/nan there too "
                  "(a 0/0 of the model's own), mixed precision did not cause it; tfamp-rewrite doctor, "
@@ -187,6 +191,8 @@ class OriginSearch:
             self._runs_left -= 1
             if self._runs_left == 0:
                 self.ended_without_origin = True
+                if self._said_from_state():
+                    return None
                 if self._healed:
                     log_once("tfamp_rewrite: after the heal a run returned inf/nan again, and the "
                              "%d runs since found none in the %s nodes nor in the values they "
@@ -278,16 +284,24 @@ class OriginSearch:
     def returned_from_state(self, found) -> None:
         """A run with no half node to look at returned inf/nan (``found``: the fetch holding
         it, or None): where the said value went into a variable, and the fetch is computed
-        from the program's variables, says so (``_say_stored``) and ends the search."""
+        from the program's variables, that is kept as the search's answer should it end
+        finding nothing (``_say_stored``) -- a run that computes the write again may still
+        find its half node, and heal it."""
         name = getattr(found, "name", found)
-        if self._stored is None or not isinstance(name, str) or not name:
+        if self._stored is None or not isinstance(name, str) or not name or self._from_state:
             return
         node = name.split(":")[0]
-        if not self._reads_state(node):
-            return
-        self._say_stored(Origin(tensor=name, kind=FLOAT32, node=node, op=""),
-                         direct=self._reads(node, self._stored[1]))
-        self.kept_for_good, self.ended_without_origin, self._runs_left = True, True, 0
+        if self._reads_state(node):
+            self._from_state = Origin(tensor=name, kind=FLOAT32, node=node, op="")
+
+    def _said_from_state(self) -> bool:
+        """Says, where the search ends having found nothing, that the inf/nan a run with no
+        half node returned came from the variable the said value was stored in."""
+        if self._from_state is None:
+            return False
+        self._say_stored(self._from_state, direct=self._reads(self._from_state.node, self._stored[1]))
+        self.kept_for_good = True
+        return True
 
     def _say_stored(self, origin: Origin, direct: bool = True) -> None:
         """Says that the float32 ``origin`` of the later runs' inf/nan reads the variable a
