@@ -366,3 +366,13 @@ def test_an_assertion_on_fed_values_alone_is_tensorflows(data):
             with pytest.raises(tf.errors.InvalidArgumentError, match="bad batch"):
                 session.run(train, bad)
         assert "batch_finite/Assert" not in session._shadow.deferred_checks
+
+
+def test_an_assertion_message_keeps_a_matrix_on_the_line_of_its_failure():
+    """The values of a failing deferred assertion came numpy-style, a matrix's rows on lines
+    of their own: the first line of the message no longer held them, as TensorFlow's does."""
+    from tfamp_rewrite.training.assertion_deferral import SEPARATOR, failure_message
+
+    formatted = SEPARATOR.join(['"pred:"', "[[0.5 1 1.5]\n [2 2.5 3.25]]", "inf", '"two\nlines"']).encode()
+    assert failure_message(formatted) == ("assertion failed: [pred:] [[0.5 1 1.5] [2 2.5 3.25]] [inf] "
+                                          "[two\nlines]")  # a string of the user's is left as it is

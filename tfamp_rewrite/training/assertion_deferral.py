@@ -45,6 +45,7 @@ MESSAGE = SCOPE + "message"  # an assertion's formatted data: its name + MESSAGE
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}  # integer outputs, whatever their input holds
 _NON_FINITE_VALUE = re.compile(r"(?<![\w.])-?(inf|nan)(?![\w])", re.IGNORECASE)
 SEPARATOR = "\x1f"  # between the data items of a message: a character values rarely hold
+_ROW_BREAK = re.compile(r"\n\s*")  # tf.strings.format starts each row of a matrix on a line
 
 
 def defer_assertions(graph_def, deferrable: Callable[[str], bool]) -> List[str]:
@@ -126,10 +127,12 @@ def shows_non_finite(message: str) -> bool:
 
 def failure_message(formatted: bytes) -> str:
     """TensorFlow's message for an assertion whose data ``formatted`` (a message tensor's
-    value) shows: each item in brackets, a string's without its quotes."""
+    value) shows: each item in brackets, a string's without its quotes, a matrix's rows on
+    the one line (as the Assert kernel keeps them: the values follow "assertion failed")."""
     text = formatted.decode("utf-8", "replace")
     items = text.split(SEPARATOR) if text else []
-    return "assertion failed: " + " ".join(_bracketed(item) for item in items)
+    return "assertion failed: " + " ".join(
+        _ROW_BREAK.sub(" ", item) if item.startswith("[") else _bracketed(item) for item in items)
 
 
 def _bracketed(item: str) -> str:
