@@ -22,6 +22,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 from .op_walks import reachable
 from .run_plans import HIDDEN, Plan, RunPlans, computed_by, in_backward_pass, packed_non_finite
+from .state_guard import WRITE_OPS, value_input
 
 # Op type -> the inputs whose inf/nan its outputs do not show; also a Cast from a floating
 # type to another (_hidden_inputs).
@@ -39,10 +40,7 @@ HIDING_OPS = {
     "Maximum": (0, 1), "Minimum": (0, 1), "ClipByValue": (0,),
     # A hand-written update (EM's M-step, k-means' centroids, a stored covariance) keeps an
     # overflow in its variable, unseen until later runs read it back.
-    "Assign": (1,), "AssignAdd": (1,), "AssignSub": (1,), "AssignVariableOp": (1,),
-    "AssignAddVariableOp": (1,), "AssignSubVariableOp": (1,), "ScatterUpdate": (2,),
-    "ScatterAdd": (2,), "ScatterSub": (2,), "ResourceScatterUpdate": (2,), "ResourceScatterAdd": (2,),
-    "ResourceScatterSub": (2,),
+    **{write: (value_input(write),) for write in WRITE_OPS},
 }
 _SCOPE = "tfamp_hidden_non_finite"
 

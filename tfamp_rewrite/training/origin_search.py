@@ -37,14 +37,12 @@ from .heal_memory import HEAL_FILE_ENV
 from .non_finite_origin import ADDED, FED, FLOAT32, NonFiniteOrigin, Origin
 from .op_walks import ancestors
 from .shadow_graph import has_operation
+from .state_guard import WRITE_OPS, written_variable
 from .twins import twin_nodes
 from .variable_check import VARIABLE_OPS
 from .while_loops import while_loops
 
 ORIGIN_RUNS = 8  # runs that look for the origin, once inf/nan was said
-_WRITES = {"Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp",
-           "AssignSubVariableOp", "ScatterUpdate", "ScatterAdd", "ScatterSub", "ResourceScatterUpdate",
-           "ResourceScatterAdd", "ResourceScatterSub"}
 
 
 class OriginSearch:
@@ -89,12 +87,10 @@ class OriginSearch:
         write = getattr(said, "reader", None) if hasattr(said, "reader_op") else self._said_node
         if write is None or not has_operation(graph, write):
             return None
-        if graph.get_operation_by_name(write).type not in _WRITES:
+        if graph.get_operation_by_name(write).type not in WRITE_OPS:
             return None
-        target = graph.get_operation_by_name(write).inputs[0].op
-        while target.type == "Identity" and target.inputs:
-            target = target.inputs[0].op
-        return (write, target.name) if target.type in VARIABLE_OPS else None
+        variable = written_variable(graph.get_operation_by_name(write))
+        return (write, variable) if variable is not None else None
 
     def active(self) -> bool:
         """Whether runs are to look: inf/nan was said, its origin was not, and fewer than

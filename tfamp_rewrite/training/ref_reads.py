@@ -21,10 +21,10 @@ from __future__ import annotations
 from typing import Collection, Dict, List, Set
 
 from ..graph_rewrite.graph_view import parse_input
+from .state_guard import variable_of
 
 _REF_VARIABLES = {"VariableV2", "Variable"}
 _PASSING = {"Identity", "RefIdentity"}
-_REF_PASSING = _PASSING | {"Switch", "RefSwitch", "Enter", "RefEnter"}
 _SCOPE = "/tfamp_ordered_read_"  # a reader's own copy: "<reader>/tfamp_ordered_read_<slot>"
 
 
@@ -45,7 +45,7 @@ def order_reads_after_writes(graph_def, user_names: Collection[str]) -> List[str
     writes: Dict[str, List[str]] = {}
     for node in graph_def.node:
         if node.input and _is_write(node):
-            variable = _written_variable(node.input[0], by_name)
+            variable = variable_of(node.input[0], by_name)
             if variable in set(read_of.values()):
                 writes.setdefault(variable, []).append(node.name)
     if not writes:
@@ -78,15 +78,6 @@ def _reference_variable(text: str, by_name) -> str:
     """The reference variable whose value input ``text`` is, through identities, or None."""
     node = by_name.get(parse_input(text)[0])
     while node is not None and node.op in _PASSING and node.input:
-        node = by_name.get(parse_input(node.input[0])[0])
-    return node.name if node is not None and node.op in _REF_VARIABLES else None
-
-
-def _written_variable(text: str, by_name) -> str:
-    """The variable a write's ref input ``text`` is, through the switches and enters of TF1
-    control flow (a loss-scaled step applies in a cond) and identities, or None."""
-    node = by_name.get(parse_input(text)[0])
-    while node is not None and node.op in _REF_PASSING and node.input:
         node = by_name.get(parse_input(node.input[0])[0])
     return node.name if node is not None and node.op in _REF_VARIABLES else None
 

@@ -49,7 +49,7 @@ from .half_writes import STORE_OPS, half_written_variables, say_half_writes
 from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
 from .ref_reads import order_reads_after_writes
-from .state_guard import PASSING, guard_state_writes
+from .state_guard import guard_state_writes, variable_op, written_variable
 from .step_signals import in_loss_scaled_apply, step_signals
 from .unscaled_training import unguarded_writes
 from .variable_check import state_variables
@@ -198,11 +198,10 @@ class ShadowGraph:
                      key="guarded state writes")
 
     def _written_variable(self, write: str) -> str:
-        """The name of the variable the user graph's ``write`` writes (its first input)."""
-        target = self.user_graph.get_operation_by_name(write).inputs[0].op
-        while target.type in PASSING and target.inputs:  # a batch norm's cond: a Switch
-            target = target.inputs[0].op
-        return target.name
+        """The name of the variable the user graph's ``write`` writes (past a batch norm's
+        cond Switch), else of the op it writes through."""
+        op = self.user_graph.get_operation_by_name(write)
+        return written_variable(op) or variable_op(op.inputs[0]).name
 
     def _state_variables(self) -> Tuple[Set[str], Set[str]]:
         """``(variables, writes to leave)`` for state_guard.py: the user graph's

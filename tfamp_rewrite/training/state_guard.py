@@ -82,7 +82,7 @@ def keeping_write(write, by_name, scope: str) -> Optional[Tuple[int, int, List]]
     dtype, value = write.attr[type_attr].type, write.input[slot]
     if dtype not in _FLOATING:
         return None
-    if what == VALUE and (not _reads(value, _variable_of(write.input[0], by_name), by_name) or (
+    if what == VALUE and (not _reads(value, variable_of(write.input[0], by_name), by_name) or (
             "validate_shape" in write.attr and not write.attr["validate_shape"].b)):
         return None
     return slot, dtype, _unchanged(write, scope, what, dtype, value)
@@ -104,7 +104,7 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
     for node in list(graph_def.node):
         if node.op not in _WRITES or node.name in leave or (only is not None and node.name not in only):
             continue
-        if _variable_of(node.input[0], by_name) not in variables:
+        if variable_of(node.input[0], by_name) not in variables:
             continue
         scope = node.name + _SCOPE
         keeping = keeping_write(node, by_name, scope)
@@ -159,12 +159,28 @@ def _unchanged(write, scope: str, what: str, dtype: int, value: str) -> List:
     return [node_def(name, gather, [target, write.input[1]], Tparams=dtype, Tindices=index_type)]
 
 
-def _variable_of(text: str, by_name) -> Optional[str]:
-    """The variable node a write's first input (a ref or a handle) comes from, or None."""
+def variable_of(text: str, by_name) -> Optional[str]:
+    """The variable node a write's first input (a ref or a handle; NodeDefs ``by_name``)
+    comes from, past ``PASSING``, or None."""
     node = by_name.get(parse_input(text)[0])
     while node is not None and node.op in PASSING and node.input:
         node = by_name.get(parse_input(node.input[0])[0])
     return node.name if node is not None and node.op in VARIABLE_OPS else None
+
+
+def variable_op(handle):
+    """The op a write's first input (a ref or a handle; a tf.Tensor) comes from, past
+    identities and TF1 control flow's switches and enters (``PASSING``)."""
+    op = handle.op
+    while op.type in PASSING and op.inputs:
+        op = op.inputs[0].op
+    return op
+
+
+def written_variable(write) -> Optional[str]:
+    """The name of the variable the write op ``write`` (a tf.Operation) writes, or None."""
+    op = variable_op(write.inputs[0])
+    return op.name if op.type in VARIABLE_OPS else None
 
 
 def _reads(text: str, variable: str, by_name) -> bool:

@@ -51,12 +51,12 @@ from .op_walks import ancestors, downstream_of
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import has_operation
 from .skip_guard import SkipGuard
-from .state_guard import PASSING, WRITE_OPS
+from .state_guard import WRITE_OPS, written_variable
 from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
 from .step_signals import has_step_signals, loss_scale_variables, step_signals
 from .twins import twin_nodes
 from .unscaled_training import unguarded_writes
-from .variable_check import VARIABLE_OPS, VariableCheck
+from .variable_check import VariableCheck
 
 # Per thread: how many runs computed a loss-scaled step, and whether the last of them skipped
 # it while the watch can still act on it.  Runs that compute no step leave both alone: hooks
@@ -609,7 +609,7 @@ class StepWatch:
         graph = self.shadow.user_graph
         ops = [graph.get_operation_by_name(name) for name in nodes if has_operation(graph, name)]
         scales = {v.op.name for v in loss_scale_variables(step_signals(graph))}
-        written = sorted({_variable_written(op) for op in downstream_of(graph, ops)
+        written = sorted({written_variable(op) for op in downstream_of(graph, ops)
                           if op.type in WRITE_OPS and op.inputs} - {None} - scales)
         if not written:
             return ""
@@ -911,14 +911,6 @@ def _finding_message(finding: Finding, twins: List[str], which: str, trajectory:
     return ("tfamp_rewrite: training steps%s are being skipped: loss scale %s. The cause is %s "
             "float32: these nodes alone with %s, every node of their op types with %s; %s." % (
                 which, trajectory, cause, nodes_to_exclude_setting(nodes_to_exclude), finding.fix.env, then))
-
-
-def _variable_written(write) -> Optional[str]:
-    """The name of the variable ``write`` (an op of ``WRITE_OPS``) writes, or None."""
-    target = write.inputs[0].op
-    while target.type in PASSING and target.inputs:
-        target = target.inputs[0].op
-    return target.name if target.type in VARIABLE_OPS else None
 
 
 def _whose_steps(signal, several: bool, steps: str = "those") -> str:

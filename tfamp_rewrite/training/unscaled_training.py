@@ -33,7 +33,7 @@ from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
 from .op_walks import ancestors, downstream_of, reachable
 from .own_loss_scale import own_scale
-from .state_guard import PASSING, WRITE_OPS
+from .state_guard import WRITE_OPS, variable_op
 from .step_signals import loss_scale_variables, step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -220,18 +220,9 @@ def _reaches_an_update(ops) -> bool:
             if updated is None:
                 updated = {v.op.name for v in op.graph.get_collection("trainable_variables")}
                 updated |= gradient_accumulators(op.graph)
-            if _variable_op(op.inputs[0]).name in updated:
+            if variable_op(op.inputs[0]).name in updated:
                 return True
     return False
-
-
-def _variable_op(handle):
-    """The variable op a write's first input (a ref or a handle) comes from, past identities
-    and TF1 control flow's switches and enters (``state_guard.PASSING``)."""
-    op = handle.op
-    while op.type in PASSING and op.inputs:
-        op = op.inputs[0].op
-    return op
 
 
 def _loss_scale_variables(graph, signals) -> List:
