@@ -276,7 +276,7 @@ def test_add_check_numerics_ops_leaves_the_skip_cond_out_and_training_runs(caplo
             session.run([parts["train"], check_all], parts["feed"])
         assert 0 < session.run(parts["global_step"]) < 30
     (line,) = said(caplog, "tf.add_check_numerics_ops() leaves out")
-    assert "of the loss scaling's skip cond (e.g. 'cond/" in line
+    assert "of the loss scaling's skip cond (e.g. 'amp_loss_scaling" in line
 
 
 def test_a_partial_run_says_its_checks_are_not_evaluated_once(caplog):

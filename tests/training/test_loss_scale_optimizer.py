@@ -397,6 +397,41 @@ def test_the_wrapped_optimizers_variables_are_named_as_in_float32(scope):
     assert names(wrapped(adam)) == float32 | {SCALE, GOOD_STEPS}
 
 
+@pytest.mark.parametrize("way", ["minimize", "compute_and_apply", "scaled_loss"])
+def test_ops_the_program_builds_after_the_optimizer_keep_their_float32_names(way):
+    """A program fetching ``cond/Merge:0`` or ``Identity:0`` by name, or freezing a graph
+    by output names, finds the tensors it finds in float32: the loss scaling's own ops take
+    no name the program's later ops would have had."""
+    def build_program(make_optimizer):
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf1.placeholder(tf.float32, [None, 3], name="x")
+            w = tf1.get_variable("w", [3, 2])
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+            optimizer = make_optimizer()
+            if way == "minimize":
+                optimizer.minimize(loss)
+            elif way == "compute_and_apply":
+                optimizer.apply_gradients(optimizer.compute_gradients(loss))
+            else:
+                scaled = (optimizer.get_scaled_loss(loss)
+                          if isinstance(optimizer, LossScaleOptimizer) else loss)
+                grads = tf.gradients(scaled, [w])
+                if isinstance(optimizer, LossScaleOptimizer):
+                    grads = optimizer.get_unscaled_gradients(grads)
+                optimizer.apply_gradients(zip(grads, [w]))
+            branched = tf1.cond(loss > 1.0, lambda: loss * 2.0, lambda: loss + 1.0)
+            later = [branched, tf.identity(branched), tf.reduce_sum(w) + 1.0, tf1.Variable(0.0)]
+        return {op.name: op.type for op in graph.get_operations()}, [t.op.name for t in later]
+
+    (float32, later), (mixed, _) = build_program(adam), build_program(wrapped(adam))
+    assert not [name for name in later if re.search(r"_\d+(/|$)", name)], later
+    # The update's own ops ("Adam/...") sit under the wrapped optimizer's name; every other
+    # op keeps its name and type.
+    missing = {n: t for n, t in float32.items() if mixed.get(n) != t and n.split("/")[0] != "Adam"}
+    assert not missing, missing
+
+
 def test_train_op_collection_holds_the_returned_op_and_the_meta_graph_imports(tmp_path):
     problem = build(wrapped(momentum))
     with problem.graph.as_default():

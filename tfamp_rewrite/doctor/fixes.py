@@ -67,14 +67,16 @@ class Risk:
         return "%s%s" % (what, scaled)
 
 
-_UNSCALE_SCOPE = re.compile(r"unscale_and_check_finite(_\d+)?$")  # the loss scaling's unscale group
+# The loss scaling's own scopes: its ops (training.loss_scale_optimizer.OWN_OPS_SCOPE) and its
+# unscale group (fused_op.op), whose stock ops a server runs.
+_LOSS_SCALING_SCOPE = re.compile(r"(amp_loss_scaling|unscale_and_check_finite)(_\d+)?$")
 
 
 def added_by_the_plugin(name: str) -> bool:
     """Whether node ``name`` is one the session added to the user's graph (a histogram's
     finite-values filter, under a ``tfamp_`` scope) or the loss scaling built in it (its
-    unscale and finite check, run as stock ops on a server): no edit of the user's names it."""
-    return any(part.startswith("tfamp_") or _UNSCALE_SCOPE.match(part) for part in name.split("/"))
+    scale, unscale, finite check and skip cond): no edit of the user's names it."""
+    return any(part.startswith("tfamp_") or _LOSS_SCALING_SCOPE.match(part) for part in name.split("/"))
 
 
 def fix_for(nodes: List[HalfNode]) -> Fix:

@@ -76,6 +76,12 @@ _APPLY_TIME_COMMUNICATORS = {
 # the exact scale a step used.
 LOSS_SCALE_COLLECTION = "tfamp_rewrite_loss_scale"
 
+# The name scope the loss scaling builds its own ops in: built in the caller's scope, they
+# took names such as ``cond``, ``Identity`` and ``add`` first, and the program's later ops of
+# those names came out ``cond_1``, ``Identity_2``: not the names its float32 run has, which a
+# program fetching or exporting tensors by name relies on.
+OWN_OPS_SCOPE = "amp_loss_scaling"
+
 # Depth of LossScaleOptimizer calls into the optimizers they wrap, per thread.
 _delegation = threading.local()
 
@@ -101,6 +107,11 @@ def delegation():
 # The gradients compute_gradients returned last, the finite flag that covers them, and the
 # (unscaled) loss they were computed from, or None (get_unscaled_gradients).
 _CheckedGradients = collections.namedtuple("_CheckedGradients", ["grads", "all_finite", "loss"])
+
+
+def _own_ops():
+    """A name scope for ops the loss scaling adds (unique per call, under the caller's)."""
+    return _tf.name_scope(OWN_OPS_SCOPE)
 
 
 def _wrapped_chain(opt):
@@ -457,7 +468,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         For programs that differentiate themselves: ``tf.gradients(opt.get_scaled_loss(loss),
         vars)``, then ``get_unscaled_gradients`` (Keras' ``LossScaleOptimizer`` names).
         """
-        return _scaled_loss(loss, self._current_scale())
+        with _own_ops():
+            return _scaled_loss(loss, self._current_scale())
 
     def get_unscaled_gradients(self, grads):
         """``grads`` (tensors, IndexedSlices or None) divided by the current loss scale.
@@ -465,8 +477,9 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         ``apply_gradients`` of exactly these reuses their finite check.
         """
         grads = list(grads)
-        scale = self._scale_value()
-        unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
+        with _own_ops():
+            scale = self._scale_value()
+            unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite, None)
         return list(unscaled)
 
@@ -480,12 +493,14 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         grad_loss=None,
     ):
         """The wrapped optimizer's gradients of ``loss * scale``, divided by the scale."""
-        scale = self._current_scale()
+        with _own_ops():
+            scale = self._current_scale()
+            scaled_loss = _scaled_loss(loss, scale)
         graph = _tf.get_default_graph()
         before = len(graph.get_operations())
         with delegation():
             grads_and_vars = list(self._inner("compute_gradients")(
-                _scaled_loss(loss, scale),
+                scaled_loss,
                 var_list=var_list,
                 gate_gradients=gate_gradients,
                 aggregation_method=aggregation_method,
@@ -496,7 +511,8 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
         if all(g is None for g in grads):  # minimize raises TensorFlow's "No gradients provided"
             return grads_and_vars
-        unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
+        with _own_ops():
+            unscaled, all_finite = _unscale_and_check_finite(grads, 1.0 / scale)
         self._checked = _CheckedGradients(tuple(unscaled), all_finite, None if callable(loss) else loss)
         return list(zip(unscaled, variables))
 
@@ -524,42 +540,42 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         if all(g is None for g in grads):  # TensorFlow's own "No gradients provided" ValueError
             with delegation():
                 return self._inner("apply_gradients")(grads_and_vars, global_step, name)
-        all_finite, loss = self._all_finite(grads)
         name = name or self.get_name()
-        # The gradients were unscaled with the value this update replaces: read it first
-        # (and once more for whoever watches the steps, before the update).
-        with _tf.control_dependencies([g.op for g in grads if g is not None]):
-            scale_used = self._scale_value()
-            with _tf.control_dependencies([scale_used.op]):
-                update_op, should_apply = self._loss_scale.update(all_finite)
-        exported = step_signals.outside_tf1_conds([all_finite, scale_used])
-        step_signals.register(scale_used.graph, step_signals.StepSignal(
-            all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
-            loss_finite=_loss_finite(loss) if not exported else None,
-            should_apply=None if isinstance(should_apply, bool) else should_apply,
-            exported=tuple(exported) if exported else None, computed_by=update_op,
-            variables=tuple(v.op.name for g, v in grads_and_vars if g is not None)))
-
         # Inside the cond the name scope gains "cond/" (TF1) or starts afresh (a cond_v2
         # branch), and variables the wrapped optimizer creates there (Adam's beta1_power)
         # take it: under the caller's scope they are named, and checkpointed, as in float32.
         callers_scope = _tf.get_default_graph().get_name_scope()
+        with _own_ops():
+            all_finite, loss = self._all_finite(grads)
+            # The gradients were unscaled with the value this update replaces: read it first
+            # (and once more for whoever watches the steps, before the update).
+            with _tf.control_dependencies([g.op for g in grads if g is not None]):
+                scale_used = self._scale_value()
+                with _tf.control_dependencies([scale_used.op]):
+                    update_op, should_apply = self._loss_scale.update(all_finite)
+            exported = step_signals.outside_tf1_conds([all_finite, scale_used])
+            step_signals.register(scale_used.graph, step_signals.StepSignal(
+                all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
+                loss_finite=_loss_finite(loss) if not exported else None,
+                should_apply=None if isinstance(should_apply, bool) else should_apply,
+                exported=tuple(exported) if exported else None, computed_by=update_op,
+                variables=tuple(v.op.name for g, v in grads_and_vars if g is not None)))
 
-        def apply():
-            with _tf.name_scope(callers_scope + "/" if callers_scope else None), delegation():
-                return self._inner("apply_gradients")(grads_and_vars, global_step, name + "-wrapped")
+            def apply():
+                with _tf.name_scope(callers_scope + "/" if callers_scope else None), delegation():
+                    return self._inner("apply_gradients")(grads_and_vars, global_step, name + "-wrapped")
 
-        def skip():
-            if global_step is not None and _taken_from_accumulators(grads):
-                return _tf.assign_add(global_step, 1).op
-            return _tf.no_op()
+            def skip():
+                if global_step is not None and _taken_from_accumulators(grads):
+                    return _tf.assign_add(global_step, 1).op
+                return _tf.no_op()
 
-        train_ops = _tf.get_collection_ref(_tf.GraphKeys.TRAIN_OP)
-        earlier_train_ops = list(train_ops)
-        if isinstance(should_apply, bool):  # a fixed scale: there is nothing to decide
-            apply_op = apply() if should_apply else skip()
-        else:
-            apply_op = _tf.cond(should_apply, apply, skip)
+            train_ops = _tf.get_collection_ref(_tf.GraphKeys.TRAIN_OP)
+            earlier_train_ops = list(train_ops)
+            if isinstance(should_apply, bool):  # a fixed scale: there is nothing to decide
+                apply_op = apply() if should_apply else skip()
+            else:
+                apply_op = _tf.cond(should_apply, apply, skip)
         train_op = _tf.group(apply_op, update_op, name=name)
         self._track_wrapped_state()
         # The wrapped optimizer registered its own op, which may sit inside the cond where
