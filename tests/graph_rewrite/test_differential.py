@@ -56,3 +56,43 @@ def test_function_bodies_are_rewritten_like_tensorflow():
     body = ours.graph_def.library.function[0]
     assert {n.attr["T"].type for n in body.node_def if n.op in ("BatchMatMulV2", "Tanh")} == {19}
     assert [arg.type for arg in body.signature.input_arg] == [1, 1]  # DT_FLOAT
+
+
+def _input_pipeline_graph(marked: bool):
+    """A model reading a ``Dataset.map`` whose function multiplies matrices (a colour
+    conversion), as TF1 programs feed theirs; ``marked=False`` drops TensorFlow 2's
+    ``_tf_data_function`` mark, as TensorFlow 1.15's graphs have none."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        images = np.random.default_rng(0).uniform(0, 255, (8, 4, 4, 3)).astype(np.float32)
+        dataset = tf1.data.Dataset.from_tensor_slices(images).map(tf.image.rgb_to_grayscale).batch(4)
+        batch = tf1.data.make_one_shot_iterator(dataset).get_next()
+        weights = tf.constant(np.ones([16, 8], np.float32))
+        tf.identity(tf.linalg.matmul(tf.reshape(batch, [4, 16]), weights), name="out")
+    graph_def = graph.as_graph_def()
+    if not marked:
+        for function in graph_def.library.function:
+            function.attr.pop("_tf_data_function", None)
+    return graph_def
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["tf2_marked", "tf1_unmarked"])
+def test_input_pipeline_functions_are_left_float32_as_tensorflow_leaves_them(marked):
+    """Grappler's meta-optimizer leaves tf.data's functions to tf.data: a MatMul in a
+    ``Dataset.map`` stays float32, said in the report, while the model's own converts."""
+    graph_def = _input_pipeline_graph(marked)
+    ours = rewrite_graph_def(graph_def, fetches=["out"], target="cpu", compat="latest")
+    (mapped,) = [f for f in ours.report.functions if "map" in f.name.lower()]
+    assert mapped.status == "untouched" and "tf.data function" in mapped.reason
+    assert any(d.converted and d.op == "MatMul" for d in ours.report.decisions)
+    body = {f.signature.name: f for f in ours.graph_def.library.function}[mapped.name]
+    assert {n.attr["T"].type for n in body.node_def if "MatMul" in n.op} == {1}  # DT_FLOAT
+    if marked:
+        require_oracle("float16")
+        theirs = run_grappler_amp(graph_def, ["out"], {}, dtype="float16")
+        assert theirs.succeeded
+        assert function_dtype_differences(ours.graph_def, theirs.graph_def) == []

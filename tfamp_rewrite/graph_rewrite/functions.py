@@ -5,10 +5,12 @@ argument is an ``_Arg`` node named after the argument and each output is a ``_Re
 node; inputs use the GraphDef form ``node:port``.  ``graph_as_body(graph, body, fdef,
 lookup)`` writes a rewritten graph back into a FunctionDef, converting ports back to the
 FunctionDef form ``node:output_arg:index``.  ``reachable_functions`` lists the functions
-the graph calls, directly, through function-valued attributes, or from other functions.
+the graph calls, directly, through function-valued attributes, or from other functions;
+``input_pipeline_functions`` those of them only tf.data runs (a ``Dataset.map`` function).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -61,6 +63,53 @@ def reachable_functions(graph_def) -> List[str]:
         found[name] = None
         pending.extend(_called(library[name].node_def, library))
     return list(found)
+
+
+# tf.data's kernels (MapDataset, ParallelMapDatasetV2, GeneratorDataset, ReduceDataset, ...) and
+# its iterators (OneShotIterator's dataset_factory) call the functions the input pipeline runs.
+_INPUT_PIPELINE_OP = re.compile(r"Dataset|Iterator")
+# TensorFlow 2 marks the functions tf.data traces; TensorFlow 1.15's carry no mark.
+_TF_DATA_FUNCTION_ATTR = "_tf_data_function"
+
+
+def input_pipeline_functions(graph_def) -> Set[str]:
+    """Names of the library functions only the input pipeline calls: those tf.data ops take
+    as attributes (or marked as tf.data's), and what they call, unless the graph's own
+    computation also calls them.  Grappler's meta-optimizer leaves these to tf.data's own
+    optimizer, and they run on the host, so the mixed-precision pass leaves them alone."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    if not library:
+        return set()
+    marked = [name for name, f in library.items()
+              if _TF_DATA_FUNCTION_ATTR in f.attr and f.attr[_TF_DATA_FUNCTION_ATTR].b]
+    pipeline = _closure(marked + _called(_pipeline_nodes(graph_def, library), library), library, True)
+    computation = _closure(_called(_computation_nodes(graph_def.node), library), library, False,
+                           pipeline_only=set(marked))
+    return pipeline - computation
+
+
+def _pipeline_nodes(graph_def, library):
+    bodies = [graph_def.node] + [f.node_def for f in library.values()]
+    return [node for nodes in bodies for node in nodes if _INPUT_PIPELINE_OP.search(node.op)]
+
+
+def _computation_nodes(nodes):
+    return [node for node in nodes if not _INPUT_PIPELINE_OP.search(node.op)]
+
+
+def _closure(names, library, through_pipeline_ops, pipeline_only=frozenset()) -> Set[str]:
+    """``names`` and the functions they call; without ``through_pipeline_ops``, not through
+    tf.data ops nor into ``pipeline_only``."""
+    found: Set[str] = set()
+    pending = [name for name in names if name not in pipeline_only]
+    while pending:
+        name = pending.pop()
+        if name in found or name in pipeline_only:
+            continue
+        found.add(name)
+        nodes = library[name].node_def
+        pending.extend(_called(nodes if through_pipeline_ops else _computation_nodes(nodes), library))
+    return found
 
 
 def _called(nodes, library) -> List[str]:

@@ -34,7 +34,13 @@ from .decisions import ReportBuilder
 from .eligibility import EXCLUDED_BY_NAME, TARGETS, HalfSupport, node_eligibility
 from .emulation import EmulationReport, computing_in_half, emulate_half
 from .forward_compat import strip_debug_names, strip_default_attrs
-from .functions import UnsupportedFunction, body_as_graph, graph_as_body, reachable_functions
+from .functions import (
+    UnsupportedFunction,
+    body_as_graph,
+    graph_as_body,
+    input_pipeline_functions,
+    reachable_functions,
+)
 from .graph_view import GraphView, parse_input
 from .op_lists import ListsOverride, OpLists, effective_lists, env_warnings, read_level
 from .painter import Painter, PaintRules, rules_for
@@ -195,16 +201,24 @@ def rewrite_in_place(graph_def, preserved: Mapping[str, str], options: RewriteOp
     return report
 
 
+INPUT_PIPELINE_REASON = ("a tf.data function: the input pipeline runs on the host, and TensorFlow's "
+                         "own pass leaves it float32 too")
+
+
 def rewrite_library(graph_def, options: RewriteOptions):
     """Rewrites every function body the graph reaches; returns one FunctionReport each."""
     lookup = op_def_lookup(graph_def)
     function_ops = frozenset(f.signature.name for f in graph_def.library.function)
     reachable = reachable_functions(graph_def)
+    input_pipeline = input_pipeline_functions(graph_def)
     by_name = {f.signature.name: f for f in graph_def.library.function}
     reports = []
     for name in by_name:
         if name not in reachable:
             reports.append(FunctionReport(name, "untouched", "not called from the graph"))
+            continue
+        if name in input_pipeline:
+            reports.append(FunctionReport(name, "untouched", INPUT_PIPELINE_REASON))
             continue
         fdef = by_name[name]
         try:
