@@ -280,6 +280,28 @@ def test_gradients_summed_in_a_tf1_while_loop_are_applied_after_it():
             assert (session.run(w) < [1.0, 2.0]).all()
 
 
+@pytest.mark.parametrize("clipped", [False, True], ids=["as_computed", "clipped"])
+def test_a_programs_own_finite_guard_around_apply_gradients_still_lowers_the_scale(clipped):
+    """``tf.cond(is_finite(global_norm), apply, no_op)``: float32 skips the rare bad batch.
+    The loss-scaled step's check and the scale's update are built outside the guard's
+    branch, so a scale the first step overflows at comes down, rather than the guard
+    skipping every step after it (a StopAtStepHook then never stopped)."""
+    def guarded(optimizer, loss, global_step):
+        grads_and_vars = optimizer.compute_gradients(loss)
+        grads = [g for g, _ in grads_and_vars]
+        if clipped:
+            grads, _ = tf1.clip_by_global_norm(grads, 100.0)
+        finite = tf1.is_finite(tf1.global_norm(grads))
+        return tf1.cond(finite, lambda: optimizer.apply_gradients(
+            zip(grads, [v for _, v in grads_and_vars]), global_step=global_step), tf.no_op)
+
+    with control_flow_v1():
+        problem = build(wrapped(momentum, initial_loss_scale=2.0**10), minimize=guarded)
+    states = run(problem, [INF, INF, 1.0, 1.0])
+    assert [s[SCALE] for s in states] == [2.0**9, 2.0**8, 2.0**8, 2.0**8]
+    assert [int(s["global_step"]) for s in states] == [0, 0, 1, 2]
+
+
 def test_a_variable_given_as_the_gradient_is_checked_as_read():
     """nshepperd/gpt-2's AccumulatingOptimizer applies [(accumulator_variable, var)]."""
     graph = tf.Graph()
@@ -800,3 +822,26 @@ def test_a_loss_no_variable_reaches_raises_tensorflows_no_gradients_error(how):
                 opt.minimize(loss)
             else:
                 opt.apply_gradients([(None, weight)])
+
+
+def test_a_session_says_the_steps_a_programs_own_guard_skipped(cpu_target_and_fresh_log, caplog):
+    """The guarded step's flag is fetched where it is computed, outside the guard's branch:
+    the skipped step is said as one, not as a run whose gradients were finite."""
+    def guarded(optimizer, loss, global_step):
+        grads_and_vars = optimizer.compute_gradients(loss)
+        finite = tf1.is_finite(tf1.global_norm([g for g, _ in grads_and_vars]))
+        return tf1.cond(finite, lambda: optimizer.apply_gradients(grads_and_vars, global_step=global_step),
+                        tf.no_op)
+
+    with control_flow_v1():
+        problem = build(wrapped(momentum), minimize=guarded)
+        with problem.graph.as_default():
+            init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=problem.graph) as session:
+        session.run(init)
+        session.run(problem.train_op, {problem.overflow: INF})
+        session.run(problem.train_op)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("a training step was skipped" in line for line in said), said
+    assert not any("yet its gradients were finite" in line for line in said), said

@@ -322,6 +322,28 @@ def _usable_here(tensor) -> bool:
     return context is None or context is graph._get_control_flow_context()  # pylint: disable=protected-access
 
 
+@contextlib.contextmanager
+def _outside_the_callers_cond(grads):
+    """Builds in the context around the program's TF1 cond branch that ``apply_gradients`` is
+    called in, where ``grads`` were computed there: a guard such as ``tf.cond(is_finite(norm),
+    apply, no_op)`` then skips the update, but the finite check and the scale's update still
+    run every step (the apply waits on them), so a scale too high for the first step comes
+    down instead of overflowing every step after it, the guard never letting it fall."""
+    graph = _tf.get_default_graph()
+    context = graph._get_control_flow_context()  # pylint: disable=protected-access
+    outer = getattr(context, "outer_context", None)
+    inside_a_cond = context is not None and getattr(context, "IsCondContext", lambda: False)()
+    if not inside_a_cond or not grads or any(
+            t.op._get_control_flow_context() is not outer for t in grads):  # pylint: disable=protected-access
+        yield
+        return
+    graph._set_control_flow_context(outer)  # pylint: disable=protected-access
+    try:
+        yield
+    finally:
+        graph._set_control_flow_context(context)  # pylint: disable=protected-access
+
+
 def _unscale_and_check_finite(grads, inv_scale):
     """``unscale_and_check_finite`` for any floating gradient, in stock ops a saved graph can
     hold (a rewriting session runs them as the fused op): the fused op takes half, float and
@@ -546,17 +568,19 @@ class LossScaleOptimizer(_tf.train.Optimizer):
         # take it: under the caller's scope they are named, and checkpointed, as in float32.
         callers_scope = _tf.get_default_graph().get_name_scope()
         with _own_ops():
-            all_finite, loss = self._all_finite(grads)
-            # The gradients were unscaled with the value this update replaces: read it first
-            # (and once more for whoever watches the steps, before the update).
-            with _tf.control_dependencies([g.op for g in grads if g is not None]):
-                scale_used = self._scale_value()
-                with _tf.control_dependencies([scale_used.op]):
-                    update_op, should_apply = self._loss_scale.update(all_finite)
-            exported = step_signals.outside_tf1_conds([all_finite, scale_used])
+            with _outside_the_callers_cond(_tensors_of(grads)):
+                all_finite, loss = self._all_finite(grads)
+                # The gradients were unscaled with the value this update replaces: read it first
+                # (and once more for whoever watches the steps, before the update).
+                with _tf.control_dependencies([g.op for g in grads if g is not None]):
+                    scale_used = self._scale_value()
+                    with _tf.control_dependencies([scale_used.op]):
+                        update_op, should_apply = self._loss_scale.update(all_finite)
+                exported = step_signals.outside_tf1_conds([all_finite, scale_used])
+                loss_finite = _loss_finite(loss) if not exported else None
             step_signals.register(scale_used.graph, step_signals.StepSignal(
                 all_finite=all_finite, scale=scale_used, loss_scale=self._loss_scale,
-                loss_finite=_loss_finite(loss) if not exported else None,
+                loss_finite=loss_finite,
                 should_apply=None if isinstance(should_apply, bool) else should_apply,
                 exported=tuple(exported) if exported else None, computed_by=update_op,
                 variables=tuple(v.op.name for g, v in grads_and_vars if g is not None)))
