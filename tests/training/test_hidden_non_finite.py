@@ -3,6 +3,7 @@
 A classifier whose float16 logits overflow returns ordinary-looking predictions (argmax of
 inf) and a finite accuracy: the session must say so, once, and change nothing it returns.
 """
+import contextlib
 import logging
 import re
 
@@ -196,6 +197,29 @@ def test_a_heal_names_the_variables_the_runs_before_it_wrote_from_the_inf(caplog
         assert session.heals
     (healed,) = [line for line in ours(caplog) if line.startswith("tfamp_rewrite: healed:")]
     assert "the runs before it wrote values computed from it into variable 'centroids'" in healed
+
+
+@pytest.mark.parametrize("flow", ["tf1", "tf2"])
+def test_a_heal_names_no_optimizer_state_the_healed_values_did_not_compute(caplog, monkeypatch, flow):
+    """A forward MatMul overflowing behind a Huber loss, trained by Adam: its update of
+    beta1_power waits on the weights' updates (a control edge) in the skip cond the
+    gradients decide, but is not computed from the healed values."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph = tf.Graph()
+    with graph.as_default(), (control_flow_v1() if flow == "tf1" else contextlib.nullcontext()):
+        x = tf1.placeholder(tf.float32, [None, 16])
+        w = tf1.get_variable("w", [16, 1], initializer=tf1.constant_initializer(4000.0))
+        prediction = tf.squeeze(tf.matmul(x, w, name="out"), 1)
+        loss = tf1.losses.huber_loss(tf.zeros_like(prediction), prediction, delta=1.0)
+        train = tf1.train.AdamOptimizer(1e-3).minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(6):
+            session.run([loss, train], {x: np.full((8, 16), 1.5, np.float32)})
+        assert session.heals
+    (healed,) = [line for line in ours(caplog) if line.startswith("tfamp_rewrite: healed:")]
+    assert "'out'" in healed and "beta1_power" not in healed and "wrote values" not in healed
 
 
 def test_after_its_first_runs_a_session_checks_one_run_in_sixteen(caplog):

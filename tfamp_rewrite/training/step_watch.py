@@ -47,11 +47,11 @@ from .devices import first_time, log_once, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .loop_steps import LoopSteps
 from .loss_scale import INITIAL_LOSS_SCALE_ENV
-from .op_walks import ancestors, downstream_of
+from .op_walks import ancestors, reachable
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import has_operation
 from .skip_guard import SkipGuard
-from .state_guard import WRITE_OPS, written_variable
+from .state_guard import WRITE_OPS, value_input, written_variable
 from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
 from .step_signals import has_step_signals, loss_scale_variables, step_signals
 from .twins import twin_nodes
@@ -609,8 +609,13 @@ class StepWatch:
         graph = self.shadow.user_graph
         ops = [graph.get_operation_by_name(name) for name in nodes if has_operation(graph, name)]
         scales = {v.op.name for v in loss_scale_variables(step_signals(graph))}
-        written = sorted({written_variable(op) for op in downstream_of(graph, ops)
-                          if op.type in WRITE_OPS and op.inputs} - {None} - scales)
+        # values only: Adam's beta1_power update waits on each ApplyAdam by a control edge,
+        # and sits in the skip cond whose predicate the gradients decide, but what it writes
+        # is not computed from the healed nodes
+        computed = reachable(ops, _value_consumers)
+        written = sorted({written_variable(op) for op in computed
+                          if op.type in WRITE_OPS and len(op.inputs) > value_input(op.type)
+                          and op.inputs[value_input(op.type)].op in computed} - {None} - scales)
         if not written:
             return ""
         return ("; the runs before it wrote values computed from it into %s %s, which keep%s them "
@@ -954,6 +959,13 @@ def _loss_flag(signal, graph) -> tuple:
     """``(signal.loss_finite,)`` where a run can fetch it with the step's flag, else ``()``."""
     flag = signal.loss_finite
     return (flag,) if flag is not None and graph.is_fetchable(flag) else ()
+
+
+def _value_consumers(op) -> list:
+    """The operations reading an output of ``op`` as a value: not as a cond's predicate."""
+    return [consumer for output in op.outputs for consumer in output.consumers()
+            if not (consumer.type in ("Switch", "RefSwitch") and consumer.inputs[1] is output
+                    and consumer.inputs[0] is not output)]
 
 
 def steps_that_ran(step_values) -> dict:
