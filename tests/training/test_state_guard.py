@@ -234,3 +234,40 @@ def test_gradients_accumulated_over_runs_hand_their_overflow_to_the_step_that_ap
     for wrong in ("write(s) to non-trainable state", "computed no loss-scaled step",
                   "writes to trainable variable"):
         assert not any(wrong in line for line in said), wrong
+
+
+@pytest.mark.parametrize("average", ["ema", "assign"])
+def test_a_running_average_of_the_gradient_norm_is_guarded_not_taken_for_an_accumulator(caplog, average):
+    """Adaptive clipping at twice a running average of the global norm: the clip threshold
+    reads the average, which is written from the gradients' norm. A statistic, not an
+    accumulator: a skipped step's inf norm stays out of it, as float32 never has one."""
+    graph = tf.Graph()
+    with control_flow_v1(), graph.as_default():
+        rng = np.random.RandomState(0)
+        features = rng.rand(256, 32).astype(np.float32)
+        labels = (features.sum(1) > 16).astype(np.int32)
+        logits = tf1.layers.dense(tf.constant(features), 2, kernel_initializer=tf1.zeros_initializer())
+        loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        global_step = tf1.train.get_or_create_global_step()
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        grads_and_vars = opt.compute_gradients(loss)
+        norm = tf1.global_norm([g for g, _ in grads_and_vars])
+        if average == "ema":
+            ema = tf1.train.ExponentialMovingAverage(0.9)
+            update = ema.apply([norm])
+            running = ema.average(norm)
+        else:
+            running = tf1.Variable(0.0, trainable=False, name="avg_norm")
+            update = running.assign(0.9 * running + 0.1 * norm)
+        clip_to = tf1.cond(global_step < 10, lambda: tf.constant(1e9), lambda: 2.0 * running)
+        clipped, _ = tf1.clip_by_global_norm([g for g, _ in grads_and_vars], clip_to, use_norm=norm)
+        train = tf.group(opt.apply_gradients(zip(clipped, [v for _, v in grads_and_vars]),
+                                             global_step=global_step), update)
+        init = tf1.global_variables_initializer()
+    assert gradient_accumulators(graph) == set()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(40):
+            session.run(train)
+        assert np.isfinite(session.run(running)) and session.run(global_step) >= 35
+    assert any("write(s) to non-trainable state" in r.getMessage() for r in caplog.records)

@@ -7,7 +7,9 @@ lowers the scale: the state guard leaves it alone (shadow_graph.py), its writes 
 unguarded update (unscaled_training.py), and the runs filling it are no inference
 (inference_watch.py).  An accumulator is a variable that a step's finite flag reads short of
 any backward pass (a ``gradients`` name scope, where a step computing its own gradients
-gets them), filled, outside every step's apply branch, with values a backward pass computed.
+gets them), filled, outside every step's apply branch, with values a backward pass computed,
+not only through a reduction: a running average of the gradients' norm, which a clip
+threshold reads, is a statistic, which the state guard keeps finite, as float32 has it.
 """
 from __future__ import annotations
 
@@ -53,11 +55,17 @@ def _accumulation(graph) -> Dict[str, str]:
         source = op.inputs[0].op
         while source.type in PASSING and source.inputs:
             source = source.inputs[0].op
-        computed_from = reachable([op.inputs[value_input(op.type)].op], _data_inputs)
+        computed_from = reachable([op.inputs[value_input(op.type)].op], _inputs_short_of_reductions)
         if source.name in read and any(in_backward_scope(each.name) for each in computed_from):
             writes[op.name] = source.name
     return writes
 
 
-def _data_inputs(op):
-    return [t.op for t in op.inputs]
+# Ops that reduce a tensor to a statistic of it (a norm, a mean, a maximum).
+_REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod", "L2Loss", "EuclideanNorm", "Norm"})
+
+
+def _inputs_short_of_reductions(op):
+    """What ``op`` is computed from, short of a reduction: a gradient's values reach an
+    accumulator element by element, its norm only through one."""
+    return [] if op.type in _REDUCTIONS else [t.op for t in op.inputs]
