@@ -778,6 +778,51 @@ def test_a_gradient_clipped_inside_backprop_is_said_to_see_the_scale(monkeypatch
         assert re.search(r"\('gradients/[^']*%s'" % re.escape(named), said[0]), said[0]
 
 
+@tf.RegisterGradient("TestClipsInNumpy")
+def _gradient_clipped_in_numpy(op, dy):
+    del op
+    clipped = tf1.py_func(lambda value: np.clip(value, -1.0, 1.0), [dy], tf.float32, stateful=False)
+    return tf.reshape(clipped, tf.shape(dy))
+
+
+def test_python_in_the_backprop_computes_on_float32s_gradients(monkeypatch, caplog):
+    """DQN's error clipping written in numpy (a gradient_override_map to a py_func): given
+    the scaled gradient, np.clip bit at the scale times float32's values, and the update,
+    unscaled, shrank by the scale; the model did not learn. It is now given the unscaled
+    gradient and its result is scaled back, and that is said once."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+
+    def train(make_optimizer):
+        graph = tf.Graph()
+        with graph.as_default():
+            rng = np.random.RandomState(0)
+            features = rng.randn(64, 8).astype(np.float32)
+            targets = features.dot(np.arange(8, dtype=np.float32))
+            w = tf1.get_variable("w", initializer=tf.zeros([8, 1]))
+            prediction = tf.squeeze(tf.matmul(tf.constant(features), w), 1)
+            with graph.gradient_override_map({"Identity": "TestClipsInNumpy"}):
+                error = tf.identity(targets - prediction)
+            train_op = make_optimizer().minimize(tf.reduce_sum(0.5 * tf.square(error)))
+            with tf1.Session() as session:
+                session.run(tf1.global_variables_initializer())
+                for _ in range(30):
+                    session.run(train_op)
+                return session.run(w)
+
+    def sgd():
+        return tf1.train.GradientDescentOptimizer(0.01)
+
+    float32 = train(sgd)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        scaled = train(lambda: LossScaleOptimizer(sgd(), FixedLossScale(1024.0)))
+    assert np.abs(float32).max() > 1.0
+    np.testing.assert_allclose(scaled, float32, rtol=1e-4, atol=1e-5)
+    (said,) = [r.getMessage() for r in caplog.records if "runs Python" in r.getMessage()]
+    assert "'gradients/Identity_grad/PyFuncStateless'" in said
+
+
 def test_a_float64_variable_is_unscaled_in_float64_and_skipped_with_the_rest():
     """The fused op takes half, float and bfloat16 gradients; a user's float64 variable gets
     its gradient unscaled in float64 and its finite flag joined to the others'."""

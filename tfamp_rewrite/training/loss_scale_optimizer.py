@@ -60,6 +60,7 @@ from . import keras_compat, step_signals
 from . import loss_scale as loss_scale_module
 from .devices import log_once
 from .op_walks import computed_only_from, reachable
+from .python_backprop import unscale_around_python
 from .unscaled_training import GRADIENT_SCOPE, from_a_loss_the_program_scales, unscaled_gradient_calls
 from .variable_check import VARIABLE_OPS
 
@@ -214,6 +215,27 @@ def _warn_if_backprop_clips(backprop_ops) -> None:
                 "compute_gradients returns instead, or leave the model's own gradient unclipped."
                 % (op.name, op.type))
             return
+
+
+def _with_python_unscaled(grads_and_vars, backprop_ops, scale):
+    """``grads_and_vars`` after ``python_backprop.unscale_around_python``: said once."""
+    backprop = set(backprop_ops)
+    with _own_ops():
+        rewired = unscale_around_python(backprop_ops, scale, lambda t: _from_the_seed(t, backprop))
+    if not rewired:
+        return grads_and_vars
+    names = sorted({name.rsplit(":", 1)[0] for name in rewired})
+    log_once("tfamp_rewrite: the backprop of a loss-scaled loss runs Python (%s%s): it is given the "
+             "gradients divided by the loss scale, and its results are multiplied back, so the "
+             "Python code computes on float32's values (a clip or threshold in it acts as in "
+             "float32)" % (", ".join(repr(n) for n in names[:3]), ", ..." if len(names) > 3 else ""),
+             key="python in a loss-scaled backprop")
+
+    def rescaled(grad):
+        if isinstance(grad, _tf.IndexedSlices) and grad.values.name in rewired:
+            return _tf.IndexedSlices(rewired[grad.values.name], grad.indices, grad.dense_shape)
+        return rewired.get(grad.name, grad) if isinstance(grad, _tf.Tensor) else grad
+    return [(rescaled(g), v) for g, v in grads_and_vars]
 
 
 _REDUCTIONS = frozenset({"Max", "Sum", "Mean", "EuclideanNorm"})
@@ -529,7 +551,9 @@ class LossScaleOptimizer(_tf.train.Optimizer):
                 colocate_gradients_with_ops=colocate_gradients_with_ops,
                 grad_loss=grad_loss,
             ))
-        _warn_if_backprop_clips(graph.get_operations()[before:])
+        backprop = graph.get_operations()[before:]
+        _warn_if_backprop_clips(backprop)
+        grads_and_vars = _with_python_unscaled(grads_and_vars, backprop, scale)
         grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
         if all(g is None for g in grads):  # minimize raises TensorFlow's "No gradients provided"
             return grads_and_vars
