@@ -271,3 +271,33 @@ def test_a_running_average_of_the_gradient_norm_is_guarded_not_taken_for_an_accu
             session.run(train)
         assert np.isfinite(session.run(running)) and session.run(global_step) >= 35
     assert any("write(s) to non-trainable state" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("resource", [False, True])
+def test_a_momentum_kept_by_hand_keeps_its_value_on_a_skipped_step(caplog, resource):
+    """Nesterov momentum written by hand, ``m_t = m.assign(0.9 * m + g)``, applied in the same
+    run: taken for an accumulator, it stored the first skipped step's inf, and every step
+    after it was skipped."""
+    graph = tf.Graph()
+    with control_flow_v1(), graph.as_default():
+        rng = np.random.RandomState(0)
+        features = rng.randn(64, 8).astype(np.float32)
+        targets = (features.sum(1, keepdims=True) * 3).astype(np.float32)
+        prediction = tf1.layers.dense(tf.constant(features), 1, kernel_initializer=tf1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(prediction - targets))  # its gradients overflow at 32768
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.05), "dynamic")
+        global_step = tf1.train.get_or_create_global_step()
+        momenta, stepped = [], []
+        for grad, var in opt.compute_gradients(loss):
+            momentum = tf1.Variable(tf.zeros(var.shape), trainable=False, use_resource=resource)
+            momenta.append(momentum)
+            stepped.append((grad + 0.9 * momentum.assign(0.9 * momentum + grad), var))
+        train = opt.apply_gradients(stepped, global_step=global_step)
+        init = tf1.global_variables_initializer()
+    assert gradient_accumulators(graph) == set()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(30):
+            session.run(train)
+        assert all(np.isfinite(value).all() for value in session.run(momenta))
+        assert session.run(global_step) >= 25 and session.run(loss) < 1.0

@@ -7,16 +7,20 @@ lowers the scale: the state guard leaves it alone (shadow_graph.py), its writes 
 unguarded update (unscaled_training.py), and the runs filling it are no inference
 (inference_watch.py).  An accumulator is a variable that a step's finite flag reads short of
 any backward pass (a ``gradients`` name scope, where a step computing its own gradients
-gets them), filled, outside every step's apply branch, with values a backward pass computed,
-not only through a reduction: a running average of the gradients' norm, which a clip
-threshold reads, is a statistic, which the state guard keeps finite, as float32 has it.
+gets them), filled, outside every step's apply branch and by a write the step's own run
+does not make, with values a backward pass computed, not only through a reduction.
+
+Not accumulators, so guarded state: a momentum the program keeps by hand, written from the
+gradients of the step that reads it (the step skips on its gradients, the momentum keeps
+its value), and a running average of the gradients' norm, which a clip threshold reads (a
+statistic, which the state guard keeps finite, as float32 has it).
 """
 from __future__ import annotations
 
 from typing import Dict
 
 from ..doctor.probes import in_backward_scope
-from .op_walks import downstream_of, reachable
+from .op_walks import ancestors, downstream_of, reachable
 from .state_guard import PASSING, WRITE_OPS, value_input
 from .step_signals import step_signals
 from .variable_check import VARIABLE_OPS
@@ -48,9 +52,12 @@ def _accumulation(graph) -> Dict[str, str]:
     if not read:
         return {}
     applied = downstream_of(graph, flags)
+    # a write the flag waits on runs with the step: a momentum kept by hand, not an
+    # accumulator (only a skipped step's own write would carry its inf over)
+    same_run = ancestors(flags)
     writes = {}
     for op in graph.get_operations():
-        if op.type not in WRITE_OPS or not op.inputs or op in applied:
+        if op.type not in WRITE_OPS or not op.inputs or op in applied or op in same_run:
             continue
         source = op.inputs[0].op
         while source.type in PASSING and source.inputs:
