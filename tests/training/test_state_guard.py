@@ -273,11 +273,13 @@ def test_a_running_average_of_the_gradient_norm_is_guarded_not_taken_for_an_accu
     assert any("write(s) to non-trainable state" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "heavy_ball"])
 @pytest.mark.parametrize("resource", [False, True])
-def test_a_momentum_kept_by_hand_keeps_its_value_on_a_skipped_step(caplog, resource):
-    """Nesterov momentum written by hand, ``m_t = m.assign(0.9 * m + g)``, applied in the same
-    run: taken for an accumulator, it stored the first skipped step's inf, and every step
-    after it was skipped."""
+def test_a_momentum_kept_by_hand_keeps_its_value_on_a_skipped_step(caplog, resource, nesterov):
+    """Momentum written by hand, ``m_t = m.assign(0.9 * m + g)``, applied in the same run:
+    taken for an accumulator, it stored the first skipped step's inf, and every step after
+    it was skipped.  Heavy ball applies ``m_t`` itself: a reference variable's assign gives
+    a float32_ref tensor, which the finite check refused."""
     graph = tf.Graph()
     with control_flow_v1(), graph.as_default():
         rng = np.random.RandomState(0)
@@ -291,7 +293,8 @@ def test_a_momentum_kept_by_hand_keeps_its_value_on_a_skipped_step(caplog, resou
         for grad, var in opt.compute_gradients(loss):
             momentum = tf1.Variable(tf.zeros(var.shape), trainable=False, use_resource=resource)
             momenta.append(momentum)
-            stepped.append((grad + 0.9 * momentum.assign(0.9 * momentum + grad), var))
+            updated = momentum.assign(0.9 * momentum + grad)
+            stepped.append((grad + 0.9 * updated if nesterov else updated, var))
         train = opt.apply_gradients(stepped, global_step=global_step)
         init = tf1.global_variables_initializer()
     assert gradient_accumulators(graph) == set()
@@ -300,4 +303,4 @@ def test_a_momentum_kept_by_hand_keeps_its_value_on_a_skipped_step(caplog, resou
         for _ in range(30):
             session.run(train)
         assert all(np.isfinite(value).all() for value in session.run(momenta))
-        assert session.run(global_step) >= 25 and session.run(loss) < 1.0
+        assert session.run(global_step) >= 25 and session.run(loss) < 5.0  # from 72

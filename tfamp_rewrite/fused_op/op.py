@@ -161,13 +161,21 @@ def _present_gradients(grads):
             "(check that the loss depends on the trainable variables)."
         )
     for g in present:
-        dtype = _dense_values(g).dtype
+        dtype = _dense_values(g).dtype.base_dtype  # a TF1 ref variable's assign gives float32_ref
         if dtype not in _GRAD_DTYPES:
             raise ValueError(
                 "unscale_and_check_finite takes float16, float32 or bfloat16 gradients; "
                 f"got {dtype.name} for {getattr(g, 'name', g)}."
             )
     return present
+
+
+def _value_of(gradient):
+    """``gradient`` as a tensor of its value: a resource variable's ``assign`` result (a
+    variable) read here, outside the group the fused op replaces; a TF1 reference tensor
+    (``tf.assign``'s result, float32_ref) dereferenced."""
+    tensor = gradient if isinstance(gradient, tf.Tensor) else tf.convert_to_tensor(gradient)
+    return tf.identity(tensor) if tensor.dtype != tensor.dtype.base_dtype else tensor
 
 
 def _scalar_float32(inv_scale):
@@ -215,7 +223,7 @@ def unscale_and_check_finite(grads, inv_scale, portable=False):
     op_module = None if portable else _LOADER.module()
     with _tf.name_scope("unscale_and_check_finite"):
         inv_scale = _scalar_float32(inv_scale)
-        values = [_dense_values(g) for g in present]
+        values = [_value_of(_dense_values(g)) for g in present]
         if op_module is None:
             unscaled, all_finite = unscale_with_stock_ops(values, inv_scale)
         else:
