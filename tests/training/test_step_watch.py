@@ -1035,6 +1035,51 @@ def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tm
     assert not np.isfinite(evaluate()).all()  # the proof: without them, float16 overflows
 
 
+def test_a_frozen_graph_imported_under_a_scope_starts_healed_in_the_same_process(monkeypatch):
+    """Training heals 'logits'; the program freezes the session's graph and serves it with
+    ``import_graph_def`` (its default scope, "import/"): the remembered heal matched names
+    exactly, so the served graph overflowed again, and a serving loop returned inf."""
+    parts = overflow_net()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        assert session.heals
+        frozen = tf1.graph_util.convert_variables_to_constants(
+            session, parts["graph"].as_graph_def(), ["logits"])
+    monkeypatch.setattr(devices, "_logged", set())
+    batch = next(iter(parts["feed"].values()))
+    served = tf.Graph()
+    with served.as_default():
+        tf1.import_graph_def(frozen)
+    with tfamp_rewrite.Session(graph=served) as serving:
+        logits = serving.run("import/logits:0", {"import/x:0": batch})
+    assert np.isfinite(logits).all() and np.abs(logits).max() > 65504  # float32 from the first run
+    monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # the proof: another process overflows
+    with tfamp_rewrite.Session(graph=served) as serving:
+        assert not np.isfinite(serving.run("import/logits:0", {"import/x:0": batch})).all()
+
+
+def test_a_saved_model_loaded_under_an_import_scope_keeps_its_heals(tmp_path, monkeypatch):
+    """``loader.load(session, tags, path, import_scope="served")``: the heals written beside
+    the SavedModel's variables named the training graph's nodes, which the scoped graph
+    holds as 'served/logits': it started unhealed and served inf."""
+    parts = overflow_net()
+    export = str(tmp_path / "model")
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        assert session.heals
+        with parts["graph"].as_default():
+            tf1.saved_model.simple_save(session, export, {"x": parts["batch"]},
+                                        {"logits": parts["graph"].get_tensor_by_name("logits:0")})
+    monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
+    batch = next(iter(parts["feed"].values()))
+    with tf.Graph().as_default() as graph, tfamp_rewrite.Session(graph=graph) as serving:
+        tf1.saved_model.loader.load(serving, ["serve"], export, import_scope="served")
+        logits = serving.run("served/logits:0", {"served/x:0": batch})
+    assert np.isfinite(logits).all() and np.abs(logits).max() > 65504
+
+
 def test_a_resumed_run_writes_the_heals_it_restored_beside_its_own_checkpoints(tmp_path, monkeypatch):
     """A resumed process keeps the restored nodes float32 and heals nothing itself: the heal
     file it wrote beside its checkpoints listed the nodes, but 'heals': [] -- what was healed,

@@ -141,9 +141,11 @@ def heals_beside(prefix: str) -> List[dict]:
     return heals_in(beside_checkpoint(prefix))
 
 
-def kept_beside(prefix: str, graph) -> List[str]:
+def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
     """Before a restore of checkpoint ``prefix`` into a session on ``graph``: the nodes the
-    heals beside it keep float32 that ``graph`` holds (none without such a file)."""
+    heals beside it keep float32 that ``graph`` holds (none without such a file), as named
+    there or under the scope the restoring Saver was imported in (``restore_ops``:
+    ``loader.load(import_scope="served")`` runs ``served/save/restore_all``)."""
     path = beside_checkpoint(prefix)
     if not heal_file_exists(path):
         return []
@@ -154,13 +156,21 @@ def kept_beside(prefix: str, graph) -> List[str]:
                  "its training run kept float32 (%s): this session starts without them; delete "
                  "the file, and the next save writes it again (said once)" % (path, error))
         return []
-    present = [name for name in listed if has_operation(graph, name)]
+    scopes = [""] + sorted(_import_scopes(restore_ops))
+    present = [next(scope + name for scope in scopes if has_operation(graph, scope + name))
+               for name in listed if any(has_operation(graph, scope + name) for scope in scopes)]
     # said once per file, by a session it changes (an Estimator's predict graph holds none)
     if present and first_time("heals restored from " + path):
         log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "
                  "(%s): this session keeps the %d of them its graph holds float32 too (said once)"
                  % (len(listed), path, len(present)))
     return present
+
+
+def _import_scopes(restore_ops) -> set:
+    """The scopes the Savers of ``restore_ops`` (``<scope>/<saver>/restore_all``) sit under."""
+    names = [getattr(op, "name", str(op)) for op in restore_ops]
+    return {name.rsplit("/", 2)[0] + "/" for name in names if name.count("/") >= 2}
 
 
 def _reaches(tensor, op_types) -> bool:

@@ -320,7 +320,9 @@ class _RewritingSession:
             say_loss_scale_left_out(elements, [v.op.name for v in loss_scale_variables(
                 step_signals(self._user_graph))])
             return
-        carried = [n for n in kept_beside(prefix, self._user_graph) if n not in self._shadow.kept_float32]
+        restores = [self._shadow.user_name(getattr(e, "name", "")) for e in elements]
+        carried = [n for n in kept_beside(prefix, self._user_graph, restores)
+                   if n not in self._shadow.kept_float32]
         if carried:
             self._shadow.heal(carried)
             remember_healed(self._user_graph, carried)
