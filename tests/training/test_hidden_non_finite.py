@@ -472,3 +472,51 @@ def test_a_run_through_tf1_control_flow_watches_only_what_it_can_fetch(caplog):
     assert sorted(map(str, planned.entries)) == ["'final_logits:0', read by 'after_loop' (ArgMax)",
                                   "'logits:0', read by 'after_cond' (ArgMax)"]
     assert not hidden_lines(caplog)
+
+
+def _metric_in_python(metric):
+    """Prices in dollars (up to 1.2e5, past float16) from a float32 model, scored in Python."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        target = tf1.placeholder(tf.float32, [None], name="target")
+        w = tf1.Variable(np.full((4, 1), 30000.0, np.float32), name="w")
+        prediction = tf.squeeze(tf.matmul(x, w, name="out"), 1)
+        scored = tf1.py_func(metric, [prediction, target], tf.float32, name="score")
+        init = tf1.global_variables_initializer()
+    features = np.random.RandomState(0).uniform(0, 1, (100, 4)).astype(np.float32)
+    return graph, init, scored, {x: features, target: features.sum(1) * 30000.0}
+
+
+def test_an_overflow_python_code_reads_is_found_and_healed(caplog, monkeypatch):
+    """A 'within 10%' accuracy in numpy hides the inf of the half MatMul: 0.61 for float32's
+    1.0, run after run, unsaid."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph, init, scored, feed = _metric_in_python(
+        lambda p, y: np.float32(np.mean(np.abs(p - y) < 0.1 * y)))
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        scores = [session.run(scored, feed) for _ in range(4)]
+    assert scores[0] < 0.9 and scores[-1] == 1.0
+    (said,) = hidden_lines(caplog)
+    assert "read by 'score' (PyFunc)" in said
+
+
+def test_python_code_failing_on_an_overflow_names_the_half_node(caplog, monkeypatch):
+    """sklearn's metrics raise "Input contains infinity": the run fails in the py_func, and
+    the line names the half MatMul (not the Squeeze passing its value on) and its setting."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+
+    def mean_absolute_error(p, y):
+        if not np.isfinite(p).all():
+            raise ValueError("Input contains infinity or a value too large for dtype('float32').")
+        return np.float32(np.mean(np.abs(p - y)))
+
+    graph, init, scored, feed = _metric_in_python(mean_absolute_error)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Input contains infinity"):
+            session.run(scored, feed)
+    (said,) = [line for line in ours(caplog) if "whose Python code was given values" in line]
+    assert "failed in 'score' (PyFunc)" in said and "('out')" in said
+    assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^out$'" in said

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 from .op_walks import reachable
+from .python_backprop import PYTHON_OPS
 from .run_plans import HIDDEN, Plan, RunPlans, computed_by, in_backward_pass, packed_non_finite
 from .state_guard import WRITE_OPS, value_input
 
@@ -101,7 +102,10 @@ class Hidden(NamedTuple):
 
 
 def _hidden_inputs(op) -> Tuple[int, ...]:
-    """The inputs of ``op`` whose inf/nan its outputs do not show."""
+    """The inputs of ``op`` whose inf/nan its outputs do not show: Python code (a metric,
+    hard-example mining) may turn them into anything."""
+    if op.type in PYTHON_OPS:
+        return tuple(i for i, tensor in enumerate(op.inputs) if tensor.dtype.is_floating)
     if op.type == "Cast":
         return (0,) if op.inputs[0].dtype.is_floating and not op.outputs[0].dtype.is_floating else ()
     return HIDING_OPS.get(op.type, ())

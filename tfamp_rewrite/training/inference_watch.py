@@ -42,6 +42,7 @@ from .hidden_non_finite import HiddenNonFinite
 from .non_finite_origin import HALF, Origin
 from .op_walks import ancestors
 from .origin_search import OriginSearch
+from .python_backprop import PYTHON_OPS
 from .run_plans import ORIGIN, RunPlans, run_key
 from .shadow_graph import has_operation
 from .step_watch import AUTO_FIX_ENV
@@ -208,6 +209,9 @@ class InferenceWatch:
         if names and graph.get_operation_by_name(names[-1]).type in DECOMPOSITIONS:
             self._say_decomposition_failed(graph.get_operation_by_name(names[-1]))
             return None
+        if names and graph.get_operation_by_name(names[-1]).type in PYTHON_OPS:
+            self._say_python_failed(graph.get_operation_by_name(names[-1]))
+            return None
         if not checked:
             return None
         if names:
@@ -226,13 +230,7 @@ class InferenceWatch:
     def _failed_again(self, failed) -> Optional[Tuple[Origin, List[str]]]:
         """The origin to heal for an assertion or check (private op ``failed``) that failed a run again
         while its origin was looked for: the half nodes nearest up from it, said once."""
-        user_graph = self.shadow.user_graph
-
-        def passes(op):  # a value passed on (a max, a switch) or a cast the rewrite added
-            return op.type in PASS_THROUGH or not has_operation(user_graph, self.shadow.user_name(op.name))
-
-        half = sorted({self.shadow.user_name(op.name)
-                       for op in nearest_half_producers(failed, self.shadow.computes_in_half, passes)})
+        half = self._nearest_half_producers(failed)
         self.search.failed_again(healing=bool(half) and self.heals)
         if not half:
             return None
@@ -244,6 +242,18 @@ class InferenceWatch:
                      + (", ..." if len(half) > 4 else ""),
                      nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
         return Origin(tensor=which, kind=HALF, node=half[0], op=failed.type), half
+
+    def _nearest_half_producers(self, failed) -> List[str]:
+        """User names of the half nodes nearest up from private op ``failed`` that compute
+        the values it reads, past those passing values on (a max, a switch, a reshape) and
+        casts the rewrite added: keeping them float32 keeps what passes them on float32."""
+        user_graph = self.shadow.user_graph
+
+        def passes(op):
+            return op.type in PASS_THROUGH or not has_operation(user_graph, self.shadow.user_name(op.name))
+
+        return sorted({self.shadow.user_name(op.name)
+                       for op in nearest_half_producers(failed, self.shadow.computes_in_half, passes)})
 
     def _say_decomposition_failed(self, failed) -> None:
         """Says, once, a matrix decomposition (private op ``failed``) that failed on a matrix
@@ -262,6 +272,21 @@ class InferenceWatch:
                      ", ".join(repr(name) for name in half[:4]) + (", ..." if len(half) > 4 else ""),
                      self.shadow.dtype, self.shadow.dtype, self.shadow.dtype,
                      "it" if len(half) == 1 else "them",
+                     nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
+
+    def _say_python_failed(self, failed) -> None:
+        """Says, once, a ``py_func`` (private op ``failed``) that failed on values half nodes
+        computed (sklearn's "Input contains infinity"), naming the nearest of them."""
+        half = self._nearest_half_producers(failed)
+        if not half:
+            return
+        self.said = True
+        log_once("tfamp_rewrite: a run of the rewritten graph failed in %r (%s), whose Python code "
+                 "was given values that %s nodes computed (%s): a value past %s's range reaches "
+                 "it as inf. If float32 runs, keep %s float32 with %s (said once)" % (
+                     self.shadow.user_name(failed.name), failed.type, self.shadow.dtype,
+                     ", ".join(repr(name) for name in half[:4]) + (", ..." if len(half) > 4 else ""),
+                     self.shadow.dtype, "it" if len(half) == 1 else "them",
                      nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
 
     def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None
