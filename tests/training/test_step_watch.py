@@ -1035,7 +1035,7 @@ def test_a_checkpoint_saved_after_a_heal_carries_it_to_a_session_restoring_it(tm
     assert not np.isfinite(evaluate()).all()  # the proof: without them, float16 overflows
 
 
-def test_a_frozen_graph_imported_under_a_scope_starts_healed_in_the_same_process(monkeypatch):
+def test_a_frozen_graph_imported_under_a_scope_starts_healed_in_the_same_process(monkeypatch, caplog):
     """Training heals 'logits'; the program freezes the session's graph and serves it with
     ``import_graph_def`` (its default scope, "import/"): the remembered heal matched names
     exactly, so the served graph overflowed again, and a serving loop returned inf."""
@@ -1055,8 +1055,15 @@ def test_a_frozen_graph_imported_under_a_scope_starts_healed_in_the_same_process
         logits = serving.run("import/logits:0", {"import/x:0": batch})
     assert np.isfinite(logits).all() and np.abs(logits).max() > 65504  # float32 from the first run
     monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # the proof: another process overflows
-    with tfamp_rewrite.Session(graph=served) as serving:
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=served) as serving:
         assert not np.isfinite(serving.run("import/logits:0", {"import/x:0": batch})).all()
+        for _ in range(3):
+            serving.run("import/logits:0", {"import/x:0": batch})
+    # its heal keeps the frozen weights' reads float32 too: no layer elsewhere
+    (healed,) = [r.getMessage() for r in caplog.records
+                 if r.getMessage().startswith("tfamp_rewrite: healed: 'import/")]
+    assert "the same layer" not in healed and "computing the weights" in healed, healed
 
 
 def test_a_saved_model_loaded_under_an_import_scope_keeps_its_heals(tmp_path, monkeypatch):

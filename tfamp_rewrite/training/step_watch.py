@@ -54,7 +54,7 @@ from .skip_guard import SkipGuard
 from .state_guard import WRITE_OPS, value_input, written_variable
 from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
 from .step_signals import has_step_signals, loss_scale_variables, step_signals
-from .twins import twin_nodes
+from .twins import twin_nodes, weight_producers
 from .unscaled_training import unguarded_writes
 from .variable_check import VariableCheck
 
@@ -328,8 +328,8 @@ class StepWatch:
             if not _said_probing:
                 _said_probing = True
                 log_info("tfamp_rewrite: adding range probes for the graph's %s tensors, to diagnose "
-                         "(once per graph and heal; on a graph of thousands of nodes this takes "
-                         "a while)" % self.shadow.dtype)
+                         "(once per graph, and again after each heal; on a graph of thousands of nodes "
+                         "this takes a while)" % self.shadow.dtype)
             user_def, result = self.shadow.half_rewrite()
             self._diagnosis = StepDiagnosis(user_def, result.graph_def, result.report, self.shadow.graph,
                                             self.shadow.private_name, limits_for(self.shadow.dtype))
@@ -625,6 +625,9 @@ class StepWatch:
     def _heal(self, heal: Heal, culprits: List[str], twins: List[str], then: str) -> None:
         """The heal itself: ``heal``'s nodes and their ``twins`` float32 from now on, kept in
         the process and the heal file, and said."""
+        converted = self.shadow.converted_now()
+        reads = {name for name in twins if name in weight_producers(
+            self.shadow.user_graph, [n for n in list(culprits) + list(twins) if n != name], converted)}
         heal.nodes += twins
         report = self.shadow.heal(heal.nodes)
         self.heals.append(heal)
@@ -632,10 +635,14 @@ class StepWatch:
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
+        layers = [name for name in twins if name not in reads]
         with_twins = (", with %s, the same layer%s elsewhere (under another scope: a target "
                       "network, a tower, a function called again; or the same weights applied to "
-                      "other values: SSIM's other filters; and the weights they read)"
-                      % (_some(twins, 4), "s" if len(twins) > 1 else "") if twins else "")
+                      "other values: SSIM's other filters)"
+                      % (_some(layers, 4), "s" if len(layers) > 1 else "") if layers else "")
+        if reads:
+            with_twins += ", and %s, computing the weights %s read" % (
+                _some(sorted(reads), 4), "they" if len(culprits) + len(layers) > 1 else "it")
         users = [n for n in culprits if not added_by_the_plugin(n)] or culprits
         _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) still %s)%s%s" % (
                             _some(users), with_twins, report.nodes_converted, self.shadow.dtype, then,
