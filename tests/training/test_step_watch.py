@@ -896,6 +896,29 @@ def test_with_two_loss_scaled_optimizers_the_skip_line_names_the_step_that_skipp
     assert "training steps (those updating 'discriminator/w' and 1 more variable) were skipped" in settled
 
 
+def test_a_scale_that_falls_on_rare_batches_is_not_said_to_need_a_lower_start(caplog, monkeypatch):
+    """One batch in five has an input whose weight gradient overflows float16 at every scale
+    above 1: the scale falls a step per such batch, the others apply between them. That is
+    no initial scale too high, and no advice to start at the scale it fell to."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [1, 1], name="x")
+        w = tf1.get_variable("w", initializer=np.ones([1, 1], np.float32))
+        loss = tf.reduce_sum(0.5 * tf.square(tf.matmul(x, w)))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-7), "dynamic")
+        train_op = opt.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for step in range(100):
+            session.run(train_op, {x: [[250.0 if step % 5 == 0 else 1.0]]})
+        assert not session.heals
+    (settled,) = [r.getMessage() for r in caplog.records if "skipped now and then" in r.getMessage()]
+    assert "applied between them" in settled and "INITIAL_LOSS_SCALE" not in settled
+    assert not [r for r in caplog.records if "fell far enough" in r.getMessage()]
+
+
 def test_a_scale_that_falls_a_few_steps_is_said_once_at_info_only(caplog):
     parts = overflow_net(input_scale=2.0)   # finite logits; gradients overflow only at the top scales
     with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):

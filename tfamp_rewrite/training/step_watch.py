@@ -698,6 +698,20 @@ class StepWatch:
             return
         self._said_settled = True
         self._settled_steps.add(id(signal))
+        between = episode.applied - episode.applied_in_a_row
+        if between >= episode.skipped:  # skips now and then, among applied steps
+            _logger.warning(
+                "tfamp_rewrite: training steps%s were skipped now and then, and each skip halved the "
+                "loss scale: %s, then steps applied at %g. Skips this sparse come from some "
+                "batches only (a rare large input, a %s value past its range in some batches), "
+                "not from gradients too large for the initial scale: starting lower would cost "
+                "every other batch precision, and the scale grows back after %s finite steps in "
+                "a row. The diagnosed steps showed no tensor out of %s range; "
+                "TFAMP_REWRITE_MONITOR=1 records which tensors overflow in each step, skipped "
+                "ones included (said once)" % (
+                    which, episode.trajectory(), scale, self.shadow.dtype,
+                    _increment_period(signal), self.shadow.dtype))
+            return
         _logger.warning(
             "tfamp_rewrite: training steps%s were skipped until the loss scale fell far enough: %s, "
             "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
@@ -973,6 +987,12 @@ def _value_consumers(op) -> list:
     return [consumer for output in op.outputs for consumer in output.consumers()
             if not (consumer.type in ("Switch", "RefSwitch") and consumer.inputs[1] is output
                     and consumer.inputs[0] is not output)]
+
+
+def _increment_period(signal) -> str:
+    """How many finite steps in a row ``signal``'s loss scale grows after, as said."""
+    period = getattr(signal.loss_scale, "increment_period", None)
+    return "%d" % period if period else "a run of"
 
 
 def steps_that_ran(step_values) -> dict:
