@@ -14,6 +14,7 @@ from graph_runner import plain_config
 from model_graphs import control_flow_v1
 from tensorflow.core.protobuf import config_pb2
 
+from tfamp_rewrite import LossScaleOptimizer
 from tfamp_rewrite.graph_rewrite.control_flow import control_flow_of, tf_graph_inputs
 from tfamp_rewrite.training.session import Session
 
@@ -520,3 +521,31 @@ def test_python_code_failing_on_an_overflow_names_the_half_node(caplog, monkeypa
     (said,) = [line for line in ours(caplog) if "whose Python code was given values" in line]
     assert "failed in 'score' (PyFunc)" in said and "('out')" in said
     assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^out$'" in said
+
+
+def test_gradients_fetched_before_training_are_said_to_overflow_at_the_loss_scale(caplog, monkeypatch):
+    """A gradient norm printed before the first step: computed at the initial loss scale in a
+    run that has no step to skip, it is inf. That is said, not blamed on a float16 value or
+    a -1e9 mask, and no origin is looked for: the steps' own runs lower the scale."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", [32, 3], initializer=tf1.constant_initializer(0.01))
+        logits = tf.matmul(tf.constant(rng.rand(64, 32).astype(np.float32)), w)
+        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=rng.randint(0, 3, 64),
+                                                                     logits=logits)
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        grads_and_vars = opt.compute_gradients(per_example)
+        norm = tf1.global_norm([g for g, _ in grads_and_vars])
+        train = opt.apply_gradients(grads_and_vars)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        assert not np.isfinite(session.run(norm))
+        for _ in range(5):
+            session.run(train)
+        assert np.isfinite(session.run(norm))
+    (said,) = [line for line in ours(caplog) if "multiplied by the loss scale" in line]
+    assert "'global_norm/global_norm:0'" in said and "no training step" in said
+    assert not [line for line in ours(caplog) if "-1e9" in line or "the search for where" in line]

@@ -39,6 +39,7 @@ from .devices import log_once, nodes_to_exclude_setting
 from .gradient_accumulation import gradient_accumulation_writes
 from .half_writes import PASS_THROUGH
 from .hidden_non_finite import HiddenNonFinite
+from .loss_scale_optimizer import LOSS_SCALE_COLLECTION
 from .non_finite_origin import HALF, Origin
 from .op_walks import ancestors
 from .origin_search import OriginSearch
@@ -179,6 +180,8 @@ class InferenceWatch:
         found = _non_finite_leaf(fetches, values)
         entry = self._first_hidden(hidden, hidden_statuses) if found is None else None
         if found is not None and not self._float16_may_cause(found):
+            return None
+        if found is not None and self._computed_at_the_loss_scale(found):
             return None
         if found is not None:
             name = getattr(found, "name", found)
@@ -357,6 +360,30 @@ class InferenceWatch:
             return None
         return next((entry for entry, status in zip(hidden.entries, statuses)
                      if status and entry.tensor.split(":")[0] not in self._not_float16), None)
+
+    def _computed_at_the_loss_scale(self, fetch) -> bool:
+        """Whether ``fetch`` is computed from a loss multiplied by a loss scale (gradients
+        fetched in a run of no step: a norm printed before training): it says so, once. Only
+        a step's run can skip and lower the scale its gradients overflowed at."""
+        name = getattr(fetch, "name", fetch)
+        graph = self.shadow.user_graph
+        scales = {t.op for t in graph.get_collection(LOSS_SCALE_COLLECTION)}
+        if not scales or not isinstance(name, str) or ":" not in name:
+            return False
+        try:
+            tensor = graph.get_tensor_by_name(self.shadow.user_name(name))
+        except (KeyError, ValueError):
+            return False
+        if not scales & ancestors([tensor]):
+            return False
+        log_once("tfamp_rewrite: a run of the rewritten graph returned inf/nan in %r, computed from a "
+                 "loss multiplied by the loss scale (gradients, or values computed from them), in "
+                 "a run with no training step: at the current scale such gradients overflow %s, and "
+                 "only a step's own run can skip and lower the scale. Fetched with the train op, "
+                 "or after the first steps, they are what float32 gives (said once)"
+                 % (self.shadow.user_name(name), self.shadow.dtype),
+                 key="inf/nan at the loss scale in a run with no step")
+        return True
 
     def _float16_may_cause(self, fetch) -> bool:
         """False for a fetch no half node lies upstream of (a PSNR of identical frames is inf
