@@ -549,3 +549,39 @@ def test_gradients_fetched_before_training_are_said_to_overflow_at_the_loss_scal
     (said,) = [line for line in ours(caplog) if "multiplied by the loss scale" in line]
     assert "'global_norm/global_norm:0'" in said and "no training step" in said
     assert not [line for line in ours(caplog) if "-1e9" in line or "the search for where" in line]
+
+
+def _fitness_table(with_optimizer: bool):
+    """An evolution strategy's fitness table: each candidate's loss, exp of a half MatMul's
+    value, stored by scatter_update in a run of its own; exp(120) is inf in float32 too."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 2], name="x")
+        w = tf1.Variable([[1.0], [1.0]], name="w")
+        loss = tf.reduce_mean(tf.exp(tf.matmul(x, w)))
+        if with_optimizer:  # makes the graph's state guarded
+            LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic").minimize(loss)
+        record = tf1.Variable(tf.zeros([3]), trainable=False, name="record")
+        index = tf1.placeholder(tf.int32, [], name="index")
+        put = tf1.scatter_update(record, index[None], loss[None], name="put")
+        init = tf1.global_variables_initializer()
+    return graph, init, put, record, x, index
+
+
+@pytest.mark.parametrize("with_optimizer", [False, True])
+def test_a_run_with_no_step_stores_the_inf_float32_stores(caplog, monkeypatch, with_optimizer):
+    """The state guard keeps a skipped step's overflow out of batch-norm averages; in a run
+    that computes no step it kept float32's own inf out of a fitness table, which read 0,
+    and the diverged candidate was picked as the best. Said, as float32's may be."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph, init, put, record, x, index = _fitness_table(with_optimizer)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for k, value in enumerate([1.0, 2.0, 60.0]):
+            session.run(put, {x: [[value, value]], index: k})
+        recorded = session.run(record)
+    np.testing.assert_allclose(recorded[:2], np.exp([2.0, 4.0]), rtol=1e-2)
+    assert recorded[2] == np.inf
+    (stored,) = [line for line in ours(caplog) if "starts in variable 'record'" in line]
+    assert "computed in float32 ('Exp')" in stored and "mixed precision did not cause it" in stored
+    assert "did cause it" not in stored

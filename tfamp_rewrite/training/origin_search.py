@@ -35,7 +35,7 @@ from .devices import log_once, nodes_to_exclude_setting
 from .half_readers import half_readers
 from .heal_memory import HEAL_FILE_ENV
 from .non_finite_origin import ADDED, FED, FLOAT32, NonFiniteOrigin, Origin
-from .op_walks import ancestors
+from .op_walks import ancestors, reachable
 from .shadow_graph import has_operation
 from .state_guard import WRITE_OPS, written_variable
 from .twins import twin_nodes
@@ -310,6 +310,20 @@ class OriginSearch:
                       if op.name in converted)
         where = ("variable %r, which the float32 value %r reads" % (variable, origin.tensor) if direct
                  else "the float32 value %r, computed from the program's variables" % origin.tensor)
+        between = [op for op in _float32_between(graph.get_operation_by_name(write), half, converted)
+                   if graph.get_operation_by_name(op).type in _MAKE_INF_OF_FINITE]
+        if between:
+            log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in %s: the write "
+                     "%r of the run said above stored inf/nan in variable %r (an update no loss "
+                     "scaling skips), computed in float32 (%s) from %d %s node(s). If float32 stores "
+                     "inf/nan there too (an exp of a large value), mixed precision did not cause it; "
+                     "if not, keep those nodes float32 (%s) and start again from values saved "
+                     "before (said once)"
+                     % (where, write, variable, ", ".join(repr(n) for n in between[:3]), len(half),
+                        self.shadow.dtype,
+                        nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])),
+                     key="stored inf/nan: float32 computing")
+            return
         log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in %s: the write "
                  "%r of the run said above stored %s's inf/nan in variable %r (an update no loss "
                  "scaling skips), which keeps it for good and passes it on to what is computed "
@@ -370,3 +384,24 @@ class OriginSearch:
         """The op-list edit (environment variables) that keeps the user's nodes ``names`` float32."""
         decisions = self.shadow.decisions
         return fix_for([HalfNode(n, decisions[n].op, decisions[n].category) for n in names]).env
+
+
+# Float32 ops that turn finite values into inf/nan of their own (exp(120), log(0)): a value
+# stored from one may be float32's inf as much as float16's.
+_MAKE_INF_OF_FINITE = frozenset({"Exp", "Expm1", "Pow", "Log", "Log1p", "Sqrt", "Rsqrt", "Reciprocal",
+                                 "Inv", "Xlogy", "Xdivy", "Lgamma", "Digamma", "Tan", "Acos", "Asin",
+                                 "Atanh", "Acosh"})
+# Ops passing a value on without computing a new one.
+_PASSING_VALUES = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "ExpandDims", "Transpose",
+                             "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Switch", "Merge",
+                             "Enter", "Exit"})
+
+
+def _float32_between(write, half: List[str], converted) -> List[str]:
+    """The names (sorted) of the float32 ops computing new values between ``half`` nodes and
+    ``write``."""
+    upstream = ancestors([write])
+    downstream = reachable([op for op in upstream if op.name in half],
+                           lambda op: [c for t in op.outputs for c in t.consumers() if c in upstream])
+    return sorted(op.name for op in downstream if op.name not in converted and op is not write
+                  and op.type not in _PASSING_VALUES and op.type not in WRITE_OPS)

@@ -275,6 +275,9 @@ class _RewritingSession:
         watched = None if self._watch is None else self._watch.extra_fetches(elements, fed)
         checks = self._checks.fetches(elements, fed)
         steps_unseen = watched is None and step_watch.step_runs_so_far() > steps_before
+        guard_off = self._shadow.state_guard_off() if watched is None and not steps_unseen else None
+        if guard_off is not None:  # no step to skip: state stores what float32 stores
+            feeds = {**(feeds or {}), guard_off: True}
         infers = watched is None and not steps_unseen and not self._left_to_the_loss_scale(elements, fed)
         if watched is None:  # a run that infers: its hidden inf/nan checks, or the origin search
             hidden = self._inference.hidden_fetches(elements, fed) if infers else None

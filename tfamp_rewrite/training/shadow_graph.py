@@ -56,6 +56,7 @@ from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
 _HELPER_SCOPE = "/tfamp_"  # nodes added beside a user node: "<node>/tfamp_finite_only/...", ...
+STATE_GUARD_OFF = "tfamp_state_guard_off"  # state_guard.py's switch, fed in runs of no step
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
 # user graph -> its imports logged by _synced, over all its sessions (an evaluation loop
 # opening a Session per evaluation on a graph it grows each time)
@@ -187,11 +188,13 @@ class ShadowGraph:
         if writes:
             self.guarded_writes.update(guard_state_writes(to_import, set(writes.values()), only=writes))
         converted = {d.name for d in result.report.decisions if d.converted}
-        guarded = guard_state_writes(to_import, *self._state_variables(), through=converted)
+        guarded = guard_state_writes(to_import, *self._state_variables(), through=converted,
+                                     switch=STATE_GUARD_OFF)
         if guarded:
             log_once("tfamp_rewrite: %d write(s) to non-trainable state computed from %s values (batch-norm "
                      "moving averages, a queue of keys, a memory bank; e.g. '%s' to '%s') keep an "
-                     "entry's value where the value written is inf/nan: a skipped step's %s overflow "
+                     "entry's value, in runs of a training step, where the value written is inf/nan: "
+                     "a skipped step's %s overflow "
                      "would otherwise stay in that state for good, and evaluation return NaN long "
                      "after the heal" % (len(guarded), self.dtype, guarded[0],
                                          self._written_variable(guarded[0]), self.dtype),
@@ -355,6 +358,12 @@ class ShadowGraph:
         """How many times the private graph was imported anew (a heal): mappings made
         before a change of it name the old generation's nodes."""
         return self._generation
+
+    def state_guard_off(self):
+        """The private graph's switch that turns its state guards off (fed True in a run that
+        computes no loss-scaled step), or None where no write is guarded."""
+        name = self.private_name(STATE_GUARD_OFF)
+        return self.graph.get_tensor_by_name(name + ":0") if has_operation(self.graph, name) else None
 
     def private_name(self, name: str) -> str:
         """The private graph's name for the user graph's node or tensor ``name``."""
@@ -801,12 +810,14 @@ def _additions(rewritten_def, new: set, imported: set):
     ``reconcile_dtypes`` to cast according to the dtype the node really has.  Emulation's
     Casts (and RoundToHalf nodes) are float32 -> half -> float32 whatever the node's paint:
     they are imported.  So are the nodes the session adds beside a new node (a state write's
-    guard, a deferred check's status: ``<node>/tfamp_...``).
+    guard, a deferred check's status: ``<node>/tfamp_...``), and the state guards' switch
+    where the first guarded write is a new one.
     """
     additions, dropped = [], {}
     for node in rewritten_def.node:
         if node.name in new or (node.name not in imported and (
-                is_emulation_node(node) or node.name.split(_HELPER_SCOPE, 1)[0] in new)):
+                is_emulation_node(node) or node.name.split(_HELPER_SCOPE, 1)[0] in new
+                or node.name.split("/", 1)[0] == STATE_GUARD_OFF)):
             additions.append(node)
         elif node.name not in imported and node.op == "Cast" and node.name.endswith(CAST_SUFFIX):
             source, _ = parse_input(node.input[0])

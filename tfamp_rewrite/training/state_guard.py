@@ -18,6 +18,10 @@ own and metrics' local ones aside) writes finite entries only::
     (and their resource and Nd forms: a memory bank, center loss's centers, a ring buffer)
 
 An entry the write would make inf/nan keeps its value, where float32 would have stored it.
+With ``switch`` (a node name), the guard holds only while that bool placeholder keeps its
+default: a session feeds it off in runs that compute no loss-scaled step, where no step is
+skipped, and an inf/nan stored (a float32 exp's, or float16's, which the session watches
+writes for) is stored as float32 stores it.
 A write is guarded only when its value is computed through a converted node -- float16 can
 overflow there; an exponential moving average of float32 weights cannot -- and a write of
 a new value only when that value is also computed from the variable (a queue shifted): an
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from typing import Collection, List, Optional, Tuple
 
-from tensorflow.core.framework import types_pb2
+from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from ..graph_rewrite.graph_view import parse_input
 from .node_defs import node_def
@@ -93,11 +97,12 @@ _SCOPE = "/tfamp_finite_only/"
 
 def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[str] = (),
                        through: Optional[Collection[str]] = None,
-                       only: Optional[Collection[str]] = None) -> List[str]:
+                       only: Optional[Collection[str]] = None, switch: Optional[str] = None) -> List[str]:
     """Makes, in place, each write of ``graph_def`` to one of ``variables`` (their node
     names), other than those named in ``leave`` (with ``only``, of those named there),
     write finite entries only -- with ``through`` (node names: the converted ones), only a
-    write whose value is computed through one of them; returns the writes' names."""
+    write whose value is computed through one of them; with ``switch``, only while the
+    placeholder of that name is not fed True (module docstring); returns the writes' names."""
     by_name = {node.name: node for node in graph_def.node}
     downstream = None if through is None else _computed_from(graph_def, through)
     guarded = []
@@ -115,9 +120,25 @@ def guard_state_writes(graph_def, variables: Collection[str], leave: Collection[
         if downstream is not None and parse_input(value)[0] not in downstream:
             continue
         added = [node_def(scope + "is_finite", "IsFinite", [value], T=dtype)] + unchanged
-        write_selected(graph_def, node, (slot, dtype, added), scope, scope + "is_finite", "finite_only")
+        condition = scope + "is_finite"
+        if switch is not None:
+            added.append(node_def(scope + "finite_or_off", "LogicalOr", [condition, switch]))
+            condition = scope + "finite_or_off"
+        write_selected(graph_def, node, (slot, dtype, added), scope, condition, "finite_only")
         guarded.append(node.name)
+    if guarded and switch is not None and switch not in by_name:
+        graph_def.node.extend(_switch(switch))
     return guarded
+
+
+def _switch(name: str) -> List:
+    """A bool scalar placeholder ``name``, False unless fed."""
+    value = tensor_pb2.TensorProto(dtype=types_pb2.DT_BOOL, bool_val=[False])
+    value.tensor_shape.SetInParent()
+    default = node_def(name + "/default", "Const", [], value=value)
+    placeholder = node_def(name, "PlaceholderWithDefault", [default.name], dtype=types_pb2.DT_BOOL)
+    placeholder.attr["shape"].shape.SetInParent()
+    return [default, placeholder]
 
 
 def write_selected(graph_def, write, keeping, scope: str, condition: str, name: str) -> None:
