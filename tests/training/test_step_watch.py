@@ -487,6 +487,33 @@ def test_a_sparse_update_by_hand_of_loss_scaled_gradients_keeps_the_table_finite
     assert "own weights are not finite" not in caplog.text
 
 
+def test_a_write_that_only_waits_on_the_gradients_is_not_said_to_write_them(caplog, monkeypatch):
+    """SAM's restore ``w -= e`` of a perturbation held in a variable, under a control
+    dependency on the loss-scaled gradients: it writes ``e``, which holds no gradient, so the
+    advice to compute it from finite gradients does not apply."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 4], name="x")
+        w = tf1.Variable(np.ones([4, 2], np.float32), name="w")
+        e = tf1.Variable(np.full([4, 2], 0.01, np.float32), trainable=False, name="e")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        grads_and_vars = opt.compute_gradients(loss)
+        with tf.control_dependencies([g for g, _ in grads_and_vars]):
+            restore = tf1.assign_sub(w, e, name="restore")
+        with tf.control_dependencies([restore]):
+            train_op = opt.apply_gradients(grads_and_vars)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(train_op, {x: np.ones([8, 4], np.float32)})
+    assert "without waiting on" not in caplog.text
+
+
 def test_a_heal_keeps_the_same_layer_of_a_target_network_float32(caplog):
     """A DQN: online and target networks of the same layers under two scopes; the target's
     Q values come from an inference run (never healed) and are fed back as the TD target.

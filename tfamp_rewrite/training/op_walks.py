@@ -20,6 +20,14 @@ def downstream_of(graph, ops) -> set:
                                       for consumer in output.consumers()] + waiting.get(op, []))
 
 
+def value_consumers(op) -> list:
+    """The operations reading an output of ``op`` as a value: not as a TF1 cond's predicate
+    (what a branch computes is not computed from it), nor by a control edge."""
+    return [consumer for output in op.outputs for consumer in output.consumers()
+            if not (consumer.type in ("Switch", "RefSwitch") and consumer.inputs[1] is output
+                    and consumer.inputs[0] is not output)]
+
+
 def reachable(ops, neighbours) -> set:
     """``ops`` and every operation reached from them through ``neighbours(op)``."""
     stack, seen = list(ops), set()

@@ -47,7 +47,7 @@ from .devices import first_time, log_once, nodes_to_exclude_setting
 from .heal_memory import HEAL_FILE_ENV, forget_healed, remember_healed
 from .loop_steps import LoopSteps
 from .loss_scale import INITIAL_LOSS_SCALE_ENV
-from .op_walks import ancestors, reachable
+from .op_walks import ancestors, reachable, value_consumers
 from .precision_monitor import PrecisionMonitor
 from .shadow_graph import has_operation
 from .skip_guard import SkipGuard
@@ -612,7 +612,7 @@ class StepWatch:
         # values only: Adam's beta1_power update waits on each ApplyAdam by a control edge,
         # and sits in the skip cond whose predicate the gradients decide, but what it writes
         # is not computed from the healed nodes
-        computed = reachable(ops, _value_consumers)
+        computed = reachable(ops, value_consumers)
         written = sorted({written_variable(op) for op in computed
                           if op.type in WRITE_OPS and len(op.inputs) > value_input(op.type)
                           and op.inputs[value_input(op.type)].op in computed} - {None} - scales)
@@ -980,13 +980,6 @@ def _loss_flag(signal, graph) -> tuple:
     """``(signal.loss_finite,)`` where a run can fetch it with the step's flag, else ``()``."""
     flag = signal.loss_finite
     return (flag,) if flag is not None and graph.is_fetchable(flag) else ()
-
-
-def _value_consumers(op) -> list:
-    """The operations reading an output of ``op`` as a value: not as a cond's predicate."""
-    return [consumer for output in op.outputs for consumer in output.consumers()
-            if not (consumer.type in ("Switch", "RefSwitch") and consumer.inputs[1] is output
-                    and consumer.inputs[0] is not output)]
 
 
 def _increment_period(signal) -> str:

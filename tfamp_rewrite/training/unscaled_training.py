@@ -31,9 +31,9 @@ from typing import Dict, List
 from .devices import log_once
 from .gradient_accumulation import gradient_accumulators
 from .keras_compat import loss_scale_optimizer_name
-from .op_walks import ancestors, downstream_of, reachable
+from .op_walks import ancestors, downstream_of, reachable, value_consumers
 from .own_loss_scale import own_scale
-from .state_guard import WRITE_OPS, variable_op
+from .state_guard import WRITE_OPS, value_input, variable_op
 from .step_signals import loss_scale_variables, step_signals
 
 _UPDATE_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -108,10 +108,13 @@ def unguarded_writes(graph) -> Dict[str, str]:
                if op.type in _ASSIGN_OPS and op.inputs[0].op.name in trainable]
     if not assigns:
         return {}
-    from_gradients = downstream_of(graph, _loss_scale_variables(graph, signals))
+    # the value written, through values: SAM's restore w -= e under a control dependency on
+    # the gradients writes e, which holds none
+    from_gradients = reachable(_loss_scale_variables(graph, signals), value_consumers)
     guarded = downstream_of(graph, [s.all_finite.op for s in signals])
     return {op.name: op.inputs[0].op.name for op in assigns
-            if op in from_gradients and op not in guarded and not _UPDATE_OP.match(op.type)}
+            if len(op.inputs) > value_input(op.type) and op.inputs[value_input(op.type)].op in from_gradients
+            and op not in guarded and not _UPDATE_OP.match(op.type)}
 
 
 def unscaled_backprops(graph, converted) -> Dict[str, str]:
