@@ -556,7 +556,8 @@ def test_deactivate_restores_tensorflow_exactly():
 
 
 @pytest.mark.parametrize("use", ["adversarial_example", "counted_by_a_metric", "kept_in_a_variable",
-                                 "scaled_by_the_user", "training_step", "accumulated_then_applied"])
+                                 "scaled_by_the_user", "training_step", "accumulated_then_applied",
+                                 "hessian_vector_product"])
 def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, use):
     """FGSM: tf.gradients(loss, x) in float16 with no loss scale loses its small entries; the
     first run computing it says so -- also where a metric counts the attack's hits or a
@@ -588,6 +589,9 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
             (gradient,) = tf1.gradients(loss, [x])
             delta = tf1.get_variable("delta", [8, 16], trainable=False, initializer=tf1.zeros_initializer())
             fetch = tf1.assign(delta, 0.1 * tf.sign(gradient))
+        elif use == "hessian_vector_product":  # two calls in one run: both named, both kept
+            (gradient,) = tf1.gradients(loss, [w])
+            (fetch,) = tf1.gradients(tf.reduce_sum(gradient * tf.ones_like(w)), [w])
         elif use == "accumulated_then_applied":  # over runs, into a variable a step applies
             (gradient,) = tf1.gradients(loss, [w])
             total = tf1.get_variable("total", [16, 4], trainable=False, initializer=tf1.zeros_initializer())
@@ -611,7 +615,8 @@ def test_gradients_used_as_values_in_float16_are_said_once(monkeypatch, caplog, 
     # and it tells a flushed gradient from one a perturbation below half's resolution zeroes
     assert all("VAT's x + 1e-6 * d" in line for line in said)
     # the setting that keeps the call float32 comes first, with the call's own scope
-    assert all("TFAMP_REWRITE_NODES_TO_EXCLUDE='^gradients/' (the forward pass" in line for line in said)
+    setting = "'^gradients/,^gradients_1/'" if use == "hessian_vector_product" else "'^gradients/'"
+    assert all("TFAMP_REWRITE_NODES_TO_EXCLUDE=%s (the forward pass" % setting in line for line in said)
 
 
 def test_a_saliency_map_of_an_imported_training_graph_is_said(monkeypatch, caplog):

@@ -284,7 +284,7 @@ class UnscaledTrainingWatch:
         backprop = sorted(computed & self._backprops.keys()) if not self._said_backprop else []
         if backprop:
             self._said_backprop = True
-            self._say_backprop(self._backprops[backprop[0]])
+            self._say_backprop(sorted({self._backprops[name] for name in backprop}))
         computed = sorted(computed & self._updates.keys()) if not self._said else []
         if not computed:
             if not unguarded and not backprop:
@@ -306,13 +306,15 @@ class UnscaledTrainingWatch:
                else ""))
 
     @staticmethod
-    def _say_backprop(scope: str) -> None:
+    def _say_backprop(scopes: List[str]) -> None:
+        """``scopes``: the ``tf.gradients`` calls' scopes the run computes (a Hessian-vector
+        product's "gradients" and "gradients_1")."""
         log_once(
             "tfamp_rewrite: this run computes tf.gradients of a loss no loss scale multiplies "
-            "(%r) in float16, and uses them as values, not as an optimizer's update: gradient "
+            "(%s) in float16, and uses them as values, not as an optimizer's update: gradient "
             "entries below 6e-8 flush to zero there (an input gradient for FGSM or a saliency "
-            "map loses its small entries). Keep that call float32 with "
-            "TFAMP_REWRITE_NODES_TO_EXCLUDE='^%s/' (the forward pass stays half), or multiply "
+            "map loses its small entries). Keep %s float32 with "
+            "TFAMP_REWRITE_NODES_TO_EXCLUDE='%s' (the forward pass stays half), or multiply "
             "the loss by a constant before tf.gradients (1024, or less where the gradients "
             "times it would pass 65504; per-example gradients of a batch mean span more than "
             "any constant brings into range), and divide the results by it in numpy, or not at "
@@ -321,7 +323,10 @@ class UnscaledTrainingWatch:
             "Gradients that stay zero at any constant come from rounding, not flushing: a "
             "perturbation of the input below float16's resolution (VAT's x + 1e-6 * d) rounds "
             "away where a half node reads the sum, and no loss scale brings it back -- keep that "
-            "reader float32 (TFAMP_REWRITE_NODES_TO_EXCLUDE) (said once)." % (scope, scope))
+            "reader float32 (TFAMP_REWRITE_NODES_TO_EXCLUDE) (said once)." % (
+                ", ".join(repr(scope) for scope in scopes),
+                "that call" if len(scopes) == 1 else "those calls",
+                ",".join("^%s/" % scope for scope in scopes)))
 
     def _say_unguarded(self, names: List[str]) -> None:
         if names[0] in self._guarded:
