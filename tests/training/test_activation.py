@@ -166,6 +166,7 @@ def test_automatic_loss_scaling_is_said_once_when_an_optimizer_first_scales(monk
         _train_step_graph(make_optimizer=lambda: tf1.train.AdamOptimizer(0.1))  # another class
     (line,) = said()
     assert "'Momentum' (MomentumOptimizer)" in line and "from 32768" in line and "2000 finite" in line
+    assert "fed otherwise are applied as given" in line  # an evolution strategy's estimate
 
 
 @pytest.mark.parametrize("later", ["GradientDescent", "Adam", "Adam, all initialized"])

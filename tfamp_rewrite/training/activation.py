@@ -276,10 +276,11 @@ def _say_loss_scaling_is_on(opt, scale) -> None:
     from .devices import log_once
 
     log_once("tfamp_rewrite: automatic loss scaling is on: %s and every other "
-             "tf.compat.v1.train.Optimizer multiply the loss by a dynamic scale (from %g, doubled "
-             "after %d finite steps in a row) and divide the gradients by it before applying them; "
-             "a step whose gradients hold inf/nan is skipped (no variable is updated) and the "
-             "scale halved"
+             "tf.compat.v1.train.Optimizer multiply the loss they differentiate (minimize, "
+             "compute_gradients) by a dynamic scale (from %g, doubled after %d finite steps in a "
+             "row) and divide the gradients by it before applying them; gradients computed or fed "
+             "otherwise are applied as given. A step whose gradients hold inf/nan is skipped (no "
+             "variable is updated) and the scale halved"
              % ("'%s' (%s)" % (opt.get_name(), type(opt).__name__),
                 scale.initial_loss_scale, scale.increment_period),
              key="automatic loss scaling is on")  # the line names the first optimizer only
