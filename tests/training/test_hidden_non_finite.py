@@ -585,3 +585,28 @@ def test_a_run_with_no_step_stores_the_inf_float32_stores(caplog, monkeypatch, w
     (stored,) = [line for line in ours(caplog) if "starts in variable 'record'" in line]
     assert "computed in float32 ('Exp')" in stored and "mixed precision did not cause it" in stored
     assert "did cause it" not in stored
+
+
+def test_a_node_the_skipped_step_healed_is_not_healed_again_by_the_same_runs_search(caplog, monkeypatch):
+    """A running metric's update op fetched with the train op: the skipped step's diagnosis
+    healed 'out/MatMul', then the origin search, reading that same run's statuses, healed
+    it again and restarted the loss scale a second time."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        y = tf1.placeholder(tf.float32, [None, 1], name="y")
+        prediction = tf1.layers.dense(x, 1, kernel_initializer=tf1.constant_initializer(20000.0), name="out")
+        loss = tf1.losses.mean_squared_error(y, prediction)
+        step = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-9), "dynamic").minimize(loss)
+        _, running = tf1.metrics.mean_absolute_error(y, prediction)
+        init = [tf1.global_variables_initializer(), tf1.local_variables_initializer()]
+    big = np.ones([4, 8], np.float32)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        for i in range(6):
+            inputs = big if i % 2 == 0 else big / 10
+            session.run([step, running, loss], {x: inputs, y: 160000.0 * inputs[:, :1]})
+        assert session.heals
+    healed = [line for line in ours(caplog) if line.startswith("tfamp_rewrite: healed:")]
+    assert len(healed) == 1 and "'out/MatMul'" in healed[0], healed
