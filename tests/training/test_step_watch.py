@@ -1137,6 +1137,57 @@ def test_a_saved_model_loaded_under_an_import_scope_keeps_its_heals(tmp_path, mo
     assert np.isfinite(logits).all() and np.abs(logits).max() > 65504
 
 
+def _model_under(scope: str):
+    """The PTB tutorial's layout: the model's ops under name_scope(scope), its variables
+    under variable_scope("Model"), shared by the Train and Test models."""
+    x = tf1.placeholder(tf.float32, [None, 8], name="x")
+    with tf.name_scope(scope), tf1.variable_scope("Model", reuse=tf1.AUTO_REUSE):
+        return x, tf1.layers.dense(x, 1, kernel_initializer=tf1.constant_initializer(20000.0), name="out")
+
+
+@pytest.mark.parametrize("carried_by", ["process", "checkpoint"])
+def test_a_test_model_under_another_name_scope_starts_with_the_train_models_heals(
+        tmp_path, monkeypatch, carried_by):
+    """The Train model healed 'Train/Model/out/MatMul'; the Test model, built in a new graph
+    under 'Test/' on the same variables, matched no healed name and predicted inf."""
+    inputs, targets = np.ones([4, 8], np.float32), np.full([4, 1], 160000.0, np.float32)
+    with tf.Graph().as_default() as graph:
+        x, prediction = _model_under("Train")
+        y = tf1.placeholder(tf.float32, [None, 1], name="y")
+        loss = tf1.losses.mean_squared_error(y, prediction)
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-6), "dynamic")
+        step = optimizer.minimize(loss)
+        saver = tf1.train.Saver()
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(tf1.global_variables_initializer())
+            for _ in range(6):
+                session.run(step, {x: inputs, y: targets})
+            assert any("Train/Model/out/MatMul" in h.nodes for h in session.heals)
+            path = saver.save(session, str(tmp_path / "model"))
+    if carried_by == "checkpoint":
+        monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
+    with tf.Graph().as_default() as graph:
+        x, prediction = _model_under("Test")
+        with tfamp_rewrite.Session(graph=graph) as session:
+            tf1.train.Saver().restore(session, path)
+            predicted = session.run(prediction, {x: inputs})
+    np.testing.assert_allclose(predicted, 160000.0, rtol=1e-3)
+
+
+def test_the_same_layer_elsewhere_reads_the_same_variables_not_its_own():
+    """'generator/dense/MatMul' is not 'discriminator/dense/MatMul': each scope holds its
+    own variables; 'Test/Model/out/MatMul' is 'Train/Model/out/MatMul', both reading
+    'Model/out/kernel'."""
+    with tf.Graph().as_default() as graph:
+        x = tf1.placeholder(tf.float32, [None, 8])
+        for scope in ("generator", "discriminator"):
+            with tf1.variable_scope(scope):
+                tf1.layers.dense(x, 1, name="dense")
+        _model_under("Test")
+    assert heal_memory.same_layer_elsewhere(graph, "critic/dense/MatMul") == []
+    assert heal_memory.same_layer_elsewhere(graph, "Train/Model/out/MatMul") == ["Test/Model/out/MatMul"]
+
+
 def test_a_resumed_run_writes_the_heals_it_restored_beside_its_own_checkpoints(tmp_path, monkeypatch):
     """A resumed process keeps the restored nodes float32 and heals nothing itself: the heal
     file it wrote beside its checkpoints listed the nodes, but 'heals': [] -- what was healed,

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from ..doctor.heal_files import beside_checkpoint, heal_file_exists, heals_in, kept_in, write_heal_file
 from .devices import first_time, log_once
-from .heal_memory import HEAL_FILE_ENV
+from .heal_memory import HEAL_FILE_ENV, same_layer_elsewhere
 from .op_walks import ancestors
 from .shadow_graph import has_operation
 
@@ -144,8 +144,9 @@ def heals_beside(prefix: str) -> List[dict]:
 def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
     """Before a restore of checkpoint ``prefix`` into a session on ``graph``: the nodes the
     heals beside it keep float32 that ``graph`` holds (none without such a file), as named
-    there or under the scope the restoring Saver was imported in (``restore_ops``:
-    ``loader.load(import_scope="served")`` runs ``served/save/restore_all``)."""
+    there, under the scope the restoring Saver was imported in (``restore_ops``:
+    ``loader.load(import_scope="served")`` runs ``served/save/restore_all``), or as the same
+    layer under another top scope (``heal_memory.same_layer_elsewhere``)."""
     path = beside_checkpoint(prefix)
     if not heal_file_exists(path):
         return []
@@ -157,8 +158,10 @@ def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
                  "the file, and the next save writes it again (said once)" % (path, error))
         return []
     scopes = [""] + sorted(_import_scopes(restore_ops))
-    present = [next(scope + name for scope in scopes if has_operation(graph, scope + name))
-               for name in listed if any(has_operation(graph, scope + name) for scope in scopes)]
+    present = []
+    for name in listed:
+        held = [scope + name for scope in scopes if has_operation(graph, scope + name)]
+        present += held[:1] or same_layer_elsewhere(graph, name)
     # said once per file, by a session it changes (an Estimator's predict graph holds none)
     if present and first_time("heals restored from " + path):
         log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "
