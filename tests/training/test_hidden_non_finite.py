@@ -610,3 +610,8 @@ def test_a_node_the_skipped_step_healed_is_not_healed_again_by_the_same_runs_sea
         assert session.heals
     healed = [line for line in ours(caplog) if line.startswith("tfamp_rewrite: healed:")]
     assert len(healed) == 1 and "'out/MatMul'" in healed[0], healed
+    # the running total summed the skipped step's inf before the heal, and keeps it: said so,
+    # not that no later run computed the node
+    (kept,) = [line for line in ours(caplog) if "before the heal of 'out/MatMul'" in line]
+    assert "variable 'mean_absolute_error/total'" in kept and "tf.local_variables_initializer()" in kept
+    assert "none of its later runs computed that node" not in caplog.text

@@ -307,6 +307,8 @@ class InferenceWatch:
         if self._said_applied:
             if self.search.waits_after_heal():
                 self.search.again_if_non_finite(_non_finite_leaf(fetches, values))
+            elif self.search.active():  # a run with no half region to look at
+                self.search.returned_from_state(_non_finite_leaf(fetches, values))
             return None
         found = _non_finite_leaf(fetches, values)
         if found is not None:

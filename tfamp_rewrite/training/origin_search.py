@@ -37,7 +37,7 @@ from .heal_memory import HEAL_FILE_ENV
 from .non_finite_origin import ADDED, FED, FLOAT32, NonFiniteOrigin, Origin
 from .op_walks import ancestors, reachable
 from .shadow_graph import has_operation
-from .state_guard import WRITE_OPS, written_variable
+from .state_guard import WRITE_OPS, value_input, written_variable
 from .twins import twin_nodes
 from .variable_check import VARIABLE_OPS
 from .while_loops import while_loops
@@ -81,16 +81,24 @@ class OriginSearch:
 
     def _stored_by(self, said) -> Optional[Tuple[str, str]]:
         """``(write, variable)`` when ``said`` is a value a write of the user graph stores (a
-        ``Hidden`` entry read by one, or the write's fetched output): the variable keeps
-        that inf/nan for the later runs."""
+        ``Hidden`` entry read by one, the write's fetched output, or a value computed from
+        it: a ``tf.metrics`` update op, total / count): the variable keeps that inf/nan for
+        the later runs."""
         graph = self.shadow.user_graph
         write = getattr(said, "reader", None) if hasattr(said, "reader_op") else self._said_node
         if write is None or not has_operation(graph, write):
             return None
-        if graph.get_operation_by_name(write).type not in WRITE_OPS:
-            return None
-        variable = written_variable(graph.get_operation_by_name(write))
-        return (write, variable) if variable is not None else None
+        op = graph.get_operation_by_name(write)
+        if op.type not in WRITE_OPS:
+            # a ref variable's AssignAdd, or a resource variable's read after its write
+            near = [t.op for t in op.inputs]
+            near += [each for read in near for each in read.control_inputs]
+            op = next((each for each in near if each.type in WRITE_OPS
+                       and _writes_floating(each)), None)
+            if op is None:
+                return None
+        variable = written_variable(op)
+        return (op.name, variable) if variable is not None else None
 
     def active(self) -> bool:
         """Whether runs are to look: inf/nan was said, its origin was not, and fewer than
@@ -310,6 +318,20 @@ class OriginSearch:
                       if op.name in converted)
         where = ("variable %r, which the float32 value %r reads" % (variable, origin.tensor) if direct
                  else "the float32 value %r, computed from the program's variables" % origin.tensor)
+        if not half:  # healed since: the variable still holds what was stored before
+            healed = sorted(op.name for op in ancestors([graph.get_operation_by_name(write)])
+                            if op.name in self.shadow.kept_float32)
+            local = variable in {v.op.name for v in graph.get_collection("local_variables")}
+            log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in %s: the write "
+                     "%r stored %s's inf/nan in variable %r before the heal of %s, and the variable "
+                     "keeps it for good (an update no loss scaling skips; an accumulation never "
+                     "clears it). Its value is computed in float32 now: %s (said once)"
+                     % (where, write, self.shadow.dtype, variable,
+                        ", ".join(repr(n) for n in healed[:3]) or "its nodes",
+                        "tf.local_variables_initializer() resets a tf.metrics total" if local
+                        else "assign it again, or restore it from values saved before"),
+                     key="stored inf/nan: healed since")
+            return
         between = [op for op in _float32_between(graph.get_operation_by_name(write), half, converted)
                    if graph.get_operation_by_name(op).type in _MAKE_INF_OF_FINITE]
         if between:
@@ -405,3 +427,9 @@ def _float32_between(write, half: List[str], converted) -> List[str]:
                            lambda op: [c for t in op.outputs for c in t.consumers() if c in upstream])
     return sorted(op.name for op in downstream if op.name not in converted and op is not write
                   and op.type not in _PASSING_VALUES and op.type not in WRITE_OPS)
+
+
+def _writes_floating(write) -> bool:
+    """Whether write op ``write`` writes a floating value."""
+    value = write.inputs[value_input(write.type)] if len(write.inputs) > value_input(write.type) else None
+    return value is not None and value.dtype.base_dtype.is_floating
