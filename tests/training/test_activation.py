@@ -648,3 +648,29 @@ def test_a_saliency_map_of_an_imported_training_graph_is_said(monkeypatch, caplo
             session.run(init)
             session.run(saliency, {x: rng.standard_normal([8, 16]).astype(np.float32)})
     assert len([r for r in caplog.records if "uses them as values" in r.getMessage()]) == 1
+
+
+def test_an_imported_float32_train_op_is_told_to_rebuild_its_optimizer(monkeypatch, caplog):
+    """import_meta_graph of a float32 training graph, then its train op run under the
+    rewrite: there is no optimizer object to wrap, so the line says to build the model and
+    optimizer in the program and restore the checkpoint, not to wrap an optimizer."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())
+    saved = tf.Graph()
+    with saved.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        loss = tf.reduce_mean(tf.square(tf1.layers.dense(x, 1, name="d")), name="loss")
+        tf1.train.AdamOptimizer(1e-3).minimize(loss, name="train_op")
+        exported = tf1.train.export_meta_graph()
+    resumed = tf.Graph()
+    with resumed.as_default():
+        tf1.train.import_meta_graph(exported)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=resumed) as session:
+            session.run(init)
+            session.run(["train_op", "loss:0"], {"x:0": np.ones((8, 4), np.float32)})
+    (said,) = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
+    assert "imported as it was saved" in said and "Build the model and its optimizer" in said

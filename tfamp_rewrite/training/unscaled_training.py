@@ -94,6 +94,11 @@ def _backprops_of_scaled_losses(graph) -> List:
     return [op for op in graph.get_operations() if op.name.startswith(prefixes)] if prefixes else []
 
 
+def _built_here(op) -> bool:
+    """Whether Python of this process built ``op`` (an imported op carries no traceback)."""
+    return bool(getattr(op, "traceback", None))
+
+
 def unguarded_writes(graph) -> Dict[str, str]:
     """``{assign op name: variable name}``: assignments to trainable variables of values
     computed from a loss-scaled step's gradients that do not wait on its finite flag --
@@ -238,6 +243,7 @@ class UnscaledTrainingWatch:
 
     def __init__(self):
         self._updates: Dict[str, str] = {}     # update op name -> op type
+        self._imported: set = set()            # those of them a MetaGraph import built
         self._unguarded: Dict[str, str] = {}   # assign op name -> variable name
         self._backprops: Dict[str, str] = {}   # unscaled tf.gradients op name -> scope
         self._version = None
@@ -257,7 +263,10 @@ class UnscaledTrainingWatch:
         if graph.version == self._version:
             return
         self._version = graph.version
-        self._updates = {} if self._said else {op.name: op.type for op in unscaled_updates(graph, dtype)}
+        updates = [] if self._said else unscaled_updates(graph, dtype)
+        self._updates = {op.name: op.type for op in updates}
+        # built by no Python of this process: imported with a MetaGraph (a float32 run's train op)
+        self._imported = {op.name for op in updates if not _built_here(op)}
         if self._said_unguarded:
             self._unguarded = {}
         else:
@@ -291,6 +300,16 @@ class UnscaledTrainingWatch:
                 self._checked.add(key)
             return
         self._said = True
+        if computed[0] in self._imported:
+            log_once(
+                "tfamp_rewrite: this run trains in float16 without loss scaling: its %d update op(s) "
+                "(e.g. '%s', %s) come from a graph imported as it was saved (import_meta_graph of a "
+                "float32 run), whose optimizer no loss scaling wraps, so float16 gradients below "
+                "6e-8 flush to zero. Build the model and its optimizer in this program (automatic "
+                "loss scaling wraps it) and restore the checkpoint into them, or keep the backward "
+                "pass float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE='^gradients/' (said once)"
+                % (len(computed), computed[0], self._updates[computed[0]]))
+            return
         log_once(
             "tfamp_rewrite: this run trains in float16 without loss scaling: none of its %d update "
             "op(s) (e.g. '%s', %s) comes from a loss-scaled optimizer, so float16 gradients below "
