@@ -156,6 +156,33 @@ def test_an_assertion_on_shapes_alone_stays_tensorflows():
             session.run(train, dict(parts["feed"], **{"expected_batch:0": 8}))
 
 
+def test_the_shape_check_of_a_loss_on_half_logits_stays_tensorflows(caplog):
+    """``sparse_softmax_cross_entropy_with_logits`` of dynamically shaped logits asserts the
+    labels' shape against theirs: a Shape of a half tensor is converted too, and the check
+    was deferred as a guard on values, said as one, and mismatched labels then failed in
+    another node with another message."""
+    graph = tf.Graph()
+    with control_flow_v1(), graph.as_default():
+        tokens = tf1.placeholder(tf.int32, [None, None], name="tokens")
+        labels = tf1.placeholder(tf.int32, [None, None], name="labels")
+        w = tf1.get_variable("w", [8, 10])
+        logits = tf.reshape(tf.matmul(tf.reshape(tf.one_hot(tokens, 8), [-1, 8]), w),
+                            tf.concat([tf.shape(tokens), [10]], 0))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        train = optimizer.minimize(loss)
+        init = tf1.global_variables_initializer()
+    batch = np.random.RandomState(0).randint(0, 8, (4, 6))
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run([loss, train], {tokens: batch, labels: batch})
+        assert session._shadow.deferred_checks == set()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Condition x == y") as raised:
+            session.run([loss, train], {tokens: batch, labels: batch[:, :5]})
+    assert raised.value.op.type == "Assert"
+    assert not [r for r in caplog.records if "assertion" in r.getMessage()]
+
+
 def test_a_genuine_nan_fails_the_run_with_tensorflows_message_once_the_session_cannot_act():
     parts = summed_loss_net(check_logits=True)
     feed = dict(parts["feed"])

@@ -107,9 +107,17 @@ def waits_for_the_loss_scaling(op, half: Callable[[str], bool]) -> bool:
         condition = condition.op.inputs[0]
     if condition.op._get_control_flow_context() is not None:
         return False
-    upstream = reachable([condition.op], lambda each: [] if each.type in _SHAPE_OPS else [
-        t.op for t in each.inputs])
-    return any(half(each.name) or GRADIENT_SCOPE.search(each.name) for each in upstream)
+    return any(half(each.name) or GRADIENT_SCOPE.search(each.name)
+               for each in values_upstream([condition.op]))
+
+
+def values_upstream(ops) -> set:
+    """The operations computing floating values that ``ops`` are computed from, short of a
+    shape: a Shape, Size or Rank gives integers whatever its input holds (and the rewrite
+    counts a Shape of a half tensor as converted too)."""
+    upstream = reachable(ops, lambda each: [] if each.type in _SHAPE_OPS else [t.op for t in each.inputs])
+    return {each for each in upstream if each.type not in _SHAPE_OPS
+            and any(output.dtype.base_dtype.is_floating for output in each.outputs)}
 
 
 def shows_floats(op) -> bool:

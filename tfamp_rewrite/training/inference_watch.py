@@ -34,6 +34,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .assertion_deferral import values_upstream
 from .decompositions import DECOMPOSITIONS, nearest_half_producers
 from .devices import log_once, nodes_to_exclude_setting
 from .gradient_accumulation import gradient_accumulation_writes
@@ -218,7 +219,7 @@ class InferenceWatch:
         if not checked:
             return None
         if names:
-            upstream = ancestors([graph.get_operation_by_name(names[-1])])
+            upstream = values_upstream([graph.get_operation_by_name(names[-1])])
             which = "the %s %r" % ("assertion" if "assertion failed" in message else "check_numerics",
                                    self.shadow.user_name(names[-1]))
         else:  # an Assert in a control flow v2 branch is named as in the branch's function
