@@ -183,6 +183,33 @@ def test_the_shape_check_of_a_loss_on_half_logits_stays_tensorflows(caplog):
     assert not [r for r in caplog.records if "assertion" in r.getMessage()]
 
 
+def test_a_sequence_length_check_failing_twice_heals_nothing(caplog):
+    """``dynamic_rnn``'s check of a fed ``sequence_length`` against the input's shape, where a
+    dense layer's half output is the input: it failed twice, was blamed on float16, and the
+    dense MatMul was 'healed' for good (and written beside the checkpoints)."""
+    graph = tf.Graph()
+    with control_flow_v1(), graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 20, 8], name="x")
+        lengths = tf1.placeholder(tf.int32, [None], name="lengths")
+        hidden = tf1.layers.dense(x, 16)
+        _, state = tf1.nn.dynamic_rnn(tf1.nn.rnn_cell.GRUCell(8), hidden, sequence_length=lengths,
+                                      dtype=tf.float32)
+        loss = tf.reduce_sum(tf.square(state))
+        train = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+    batch = np.random.RandomState(0).randn(8, 20, 8).astype(np.float32)
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for size in (7, 8, 7):
+            try:
+                session.run(train, {x: batch, lengths: np.full(size, 20, np.int32)})
+            except tf.errors.InvalidArgumentError:
+                assert size == 7
+        assert session.heals == []
+    said = [r.getMessage() for r in caplog.records if r.name == "tfamp_rewrite"]
+    assert not [line for line in said if "assertion" in line or "the check" in line], said
+
+
 def test_a_genuine_nan_fails_the_run_with_tensorflows_message_once_the_session_cannot_act():
     parts = summed_loss_net(check_logits=True)
     feed = dict(parts["feed"])

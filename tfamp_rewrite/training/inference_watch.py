@@ -207,8 +207,10 @@ class InferenceWatch:
         checked = "assertion failed" in message or (
             names and graph.get_operation_by_name(names[-1]).type == "CheckNumerics")
         if self.said:
-            if names and checked and self.search.active():
-                return self._failed_again(graph.get_operation_by_name(names[-1]))
+            failed = graph.get_operation_by_name(names[-1]) if names else None
+            if (checked and failed is not None and self.search.active()
+                    and any(self.shadow.computes_in_half(op) for op in values_upstream([failed]))):
+                return self._failed_again(failed)
             return None
         if names and graph.get_operation_by_name(names[-1]).type in DECOMPOSITIONS:
             self._say_decomposition_failed(graph.get_operation_by_name(names[-1]))
