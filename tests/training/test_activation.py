@@ -674,3 +674,33 @@ def test_an_imported_float32_train_op_is_told_to_rebuild_its_optimizer(monkeypat
             session.run(["train_op", "loss:0"], {"x:0": np.ones((8, 4), np.float32)})
     (said,) = [r.getMessage() for r in caplog.records if "without loss scaling" in r.getMessage()]
     assert "imported as it was saved" in said and "Build the model and its optimizer" in said
+
+
+def test_freeze_graph_from_a_graph_file_names_the_fix_for_the_loss_scales_variables(tmp_path):
+    """The TF1 recipe write_graph + freeze_graph(input_graph, input_checkpoint) failed with an
+    IndexError in TensorFlow's Saver on the loss scale's resource variables. It now raises
+    a one-line error naming input_meta_graph=, which freezes it."""
+    from tensorflow.python.tools import freeze_graph
+
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 2], name="x")
+        out = tf.identity(tf.matmul(x, tf1.get_variable("w", [2, 1])), name="out")
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_mean(out ** 2))
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(train, {x: [[1.0, 2.0]]})
+            tf1.train.write_graph(session.graph_def, str(tmp_path), "graph.pbtxt")
+            checkpoint = tf1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    arguments = dict(input_saver="", input_checkpoint=checkpoint,
+                     output_node_names="out", restore_op_name="save/restore_all",
+                     filename_tensor_name="save/Const:0", output_graph=str(tmp_path / "frozen.pb"),
+                     clear_devices=True, initializer_nodes="")
+    with tf.Graph().as_default(), pytest.raises(
+            ValueError, match="input_meta_graph=.*convert_variables_to_constants") as raised:
+        freeze_graph.freeze_graph(str(tmp_path / "graph.pbtxt"), input_binary=False, **arguments)
+    assert "'loss_scale/current_loss_scale'" in str(raised.value) and "\n" not in str(raised.value)
+    with tf.Graph().as_default():
+        freeze_graph.freeze_graph("", input_binary=True, input_meta_graph=checkpoint + ".meta", **arguments)
+    assert (tmp_path / "frozen.pb").stat().st_size > 0

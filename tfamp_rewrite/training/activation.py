@@ -35,6 +35,10 @@
   ``WarmStartSettings``) given a list of patterns, which match every global variable,
   leaves the loss scale's variables out, and says so once: mixed precision added them,
   so a float32 checkpoint has none, and TensorFlow would refuse the whole warm start.
+* ``freeze_graph``: while either is on, a freeze from a graph file and a checkpoint that
+  fails on the loss scale's resource variables (which it cannot map from a graph file)
+  raises a one-line error naming the fix, ``input_meta_graph=`` or
+  ``convert_variables_to_constants``.
 
 ``activate_from_environment()`` reads NVIDIA's variables (``TF_ENABLE_AUTO_MIXED_PRECISION``
 and its ``_GRAPH_REWRITE`` / ``_LOSS_SCALING`` refinements); ``deactivate()`` turns both
@@ -310,6 +314,39 @@ def _replace_helpers() -> None:
     numerics = importlib.import_module("tensorflow.python.ops.numerics")
     for owner in (numerics, _tensorflow_v1(), importlib.import_module("tensorflow")):
         _replace(owner, "add_check_numerics_ops", _outside_the_skip_cond)
+    freeze_graph = importlib.import_module("tensorflow.python.tools.freeze_graph")
+    _replace(freeze_graph, "freeze_graph_with_def_protos", _explaining_loss_scale_variables)
+
+
+_META_GRAPH_ARGUMENT = 11  # freeze_graph_with_def_protos' input_meta_graph_def, in 1.15 and 2.x
+
+
+def _explaining_loss_scale_variables(original):
+    """``freeze_graph_with_def_protos`` as TensorFlow's; where it fails on a graph file holding
+    the loss scale's resource variables (its Saver is given their handles), a one-line
+    ValueError names the problem and the fix."""
+    @functools.wraps(original)
+    def freeze_graph_with_def_protos(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except (IndexError, TypeError, ValueError) as error:
+            graph_def = kwargs.get("input_graph_def", args[0] if args else None)
+            meta_graph = kwargs.get("input_meta_graph_def",
+                                    args[_META_GRAPH_ARGUMENT] if len(args) > _META_GRAPH_ARGUMENT else None)
+            held = sorted(node.name for node in getattr(graph_def, "node", ())
+                          if node.op == "VarHandleOp" and node.name.split("/")[-1] in _LOSS_SCALE_STATE
+                          and node.name.split("/")[-2].startswith("loss_scale"))
+            if meta_graph is not None or not held:
+                raise
+            raise ValueError(
+                "freeze_graph cannot map the loss scale's resource variables (%s) of this graph "
+                "file to the checkpoint (%s): give it input_meta_graph= (the checkpoint's .meta), "
+                "or freeze from the session with tf.compat.v1.graph_util.convert_variables_to_constants"
+                % (", ".join(repr(name) for name in held), type(error).__name__)) from error
+    return freeze_graph_with_def_protos
+
+
+_LOSS_SCALE_STATE = ("current_loss_scale", "good_steps")
 
 
 def _replace(owner, name: str, wrap) -> None:
