@@ -241,3 +241,54 @@ def test_a_saver_leaving_the_loss_scale_out_is_said_once(tmp_path, caplog, monke
             if "a Saver saves none of the loss scale's" in r.getMessage()]
     assert len(said) == (1 if var_list == "trainable and global_step" else 0)
     assert all("'loss_scale/current_loss_scale'" in line and "opt.variables()" in line for line in said)
+
+
+@pytest.mark.parametrize("driver", ["session", "monitored"])
+def test_a_saver_of_the_trainable_variables_resumes_with_the_loss_scale_initialized(
+        tmp_path, caplog, monkeypatch, driver):
+    """A restarted job whose Saver keeps the trainable variables and global_step: the restore
+    left the loss scale uninitialized, and the resumed job failed on it (a
+    MonitoredTrainingSession refused the session as not ready). The session initializes
+    it after the restore, and says so once."""
+    def job():
+        graph = tf.Graph()
+        with graph.as_default():
+            w = tf.compat.v1.get_variable("w", [4, 1])
+            loss = tf.reduce_mean(tf.square(tf.matmul(tf.ones([8, 4]), w) - 1.0))
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            train = LossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), "dynamic").minimize(
+                loss, global_step=global_step)
+            saver = tf.compat.v1.train.Saver(tf.compat.v1.trainable_variables() + [global_step])
+            latest = tf.train.latest_checkpoint(str(tmp_path))
+            if driver == "monitored":
+                scaffold = tf.compat.v1.train.Scaffold(saver=saver)
+                with tf.compat.v1.train.MonitoredTrainingSession(
+                        checkpoint_dir=str(tmp_path), scaffold=scaffold, save_checkpoint_steps=5,
+                        save_summaries_steps=None) as session:
+                    for _ in range(5):
+                        session.run(train)
+                    return session.run(global_step)
+            with Session(graph=graph) as session:
+                if latest:
+                    saver.restore(session, latest)
+                else:
+                    session.run(tf.compat.v1.global_variables_initializer())
+                for _ in range(5):
+                    session.run(train)
+                saver.save(session, str(tmp_path / "model"), global_step=global_step)
+                return session.run(global_step)
+
+    from tfamp_rewrite.training import activation, devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    if driver == "monitored":
+        activation.enable_graph_rewrite()
+    try:
+        first = job()
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            second = job()
+    finally:
+        activation.deactivate()
+    assert second > first > 0
+    said = [r.getMessage() for r in caplog.records if "restore left the loss scale" in r.getMessage()]
+    assert len(said) == 1 and "'loss_scale/current_loss_scale'" in said[0]

@@ -12,6 +12,11 @@ initialized -- said once.  A step built before the first run is left to the prog
 initialization, as in float32, and so is one whose variables the run about to happen
 initializes (a program running ``variables_initializer`` of what it added: Adam's slots
 need it).
+
+``after_restore`` does the same, after a Saver's restore, for every loss scale the restore
+left uninitialized: a Saver given the trainable variables and ``global_step`` (a restarted
+``MonitoredTrainingSession`` job's) restores the model in float32, and the session manager
+then found the loss scale uninitialized and refused the session.
 """
 from __future__ import annotations
 
@@ -72,3 +77,16 @@ class LateLossScales:
                  "built after its first run, which no initializer of the program's covered: the "
                  "program's initializers ran before that step existed, or initialized only the "
                  "variables it knew of (said once)" % uninitialized[0].op.name)
+
+    def after_restore(self, run_private: Callable[[List], list]) -> None:
+        """After a Saver's restore run: initializes the loss-scale variables it left
+        uninitialized (its var_list left them out), said once."""
+        with self.user_graph.as_default():
+            variables = loss_scale_variables(step_signals(self.user_graph))
+        uninitialized = [v for v in variables if not self._initialized(v, run_private)]
+        if not uninitialized:
+            return
+        run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
+        log_once("tfamp_rewrite: a checkpoint restore left the loss scale ('%s') uninitialized, as "
+                 "the Saver's var_list leaves it out: the session initialized it, so the scale "
+                 "starts again from its initial value (said once)" % uninitialized[0].op.name)

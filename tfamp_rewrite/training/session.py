@@ -323,6 +323,7 @@ class _RewritingSession:
             say_loss_scale_left_out(elements, [v.op.name for v in loss_scale_variables(
                 step_signals(self._user_graph))])
             return
+        self._late_scales.after_restore(self._run_private)
         restores = [self._shadow.user_name(getattr(e, "name", "")) for e in elements]
         carried = [n for n in kept_beside(prefix, self._user_graph, restores)
                    if n not in self._shadow.kept_float32]
