@@ -869,6 +869,25 @@ def test_a_loss_no_variable_reaches_raises_tensorflows_no_gradients_error(how):
                 opt.apply_gradients([(None, weight)])
 
 
+def test_a_cond_applying_every_other_run_keeps_the_scales_update_in_its_branch():
+    """Accumulation's cond (apply when a counter says so, as Horovod's backward_passes_per_step
+    builds it) does not decide on the gradients: the runs it does not apply are no steps,
+    and the scale counts only the applied ones (Horovod's ranks kept identical scales)."""
+    def every_other_run(optimizer, loss, global_step):
+        grads_and_vars = optimizer.compute_gradients(loss)
+        counter = tf1.get_variable("counter", initializer=0, trainable=False)
+        with tf.control_dependencies([g for g, _ in grads_and_vars]):
+            due = tf.equal(tf1.assign_add(counter, 1) % 2, 0)
+        return tf1.cond(due, lambda: optimizer.apply_gradients(grads_and_vars, global_step=global_step),
+                        tf.no_op)
+
+    with control_flow_v1():
+        problem = build(wrapped(momentum), minimize=every_other_run)
+    states = run(problem, [1.0] * 4)
+    assert [int(s[GOOD_STEPS]) for s in states] == [0, 1, 1, 2]
+    assert [int(s["global_step"]) for s in states] == [0, 1, 1, 2]
+
+
 def test_a_session_says_the_steps_a_programs_own_guard_skipped(cpu_target_and_fresh_log, caplog):
     """The guarded step's flag is fetched where it is computed, outside the guard's branch:
     the skipped step is said as one, not as a run whose gradients were finite."""

@@ -347,16 +347,23 @@ def _usable_here(tensor) -> bool:
 @contextlib.contextmanager
 def _outside_the_callers_cond(grads):
     """Builds in the context around the program's TF1 cond branch that ``apply_gradients`` is
-    called in, where ``grads`` were computed there: a guard such as ``tf.cond(is_finite(norm),
-    apply, no_op)`` then skips the update, but the finite check and the scale's update still
-    run every step (the apply waits on them), so a scale too high for the first step comes
-    down instead of overflowing every step after it, the guard never letting it fall."""
+    called in, where ``grads`` were computed there and the cond's predicate is computed from
+    them: a guard such as ``tf.cond(is_finite(norm), apply, no_op)`` then skips the update,
+    but the finite check and the scale's update still run every step (the apply waits on
+    them), so a scale too high for the first step comes down instead of overflowing every
+    step after it, the guard never letting it fall."""
     graph = _tf.get_default_graph()
     context = graph._get_control_flow_context()  # pylint: disable=protected-access
     outer = getattr(context, "outer_context", None)
     inside_a_cond = context is not None and getattr(context, "IsCondContext", lambda: False)()
     if not inside_a_cond or not grads or any(
             t.op._get_control_flow_context() is not outer for t in grads):  # pylint: disable=protected-access
+        yield
+        return
+    # a guard decides on the gradients; a cond applying every k-th step (accumulation,
+    # Horovod's backward_passes_per_step) does not, and its skipped runs are no steps
+    computed_from = reachable([context.pred.op], lambda op: [t.op for t in op.inputs])  # values only
+    if not computed_from & {t.op for t in grads}:
         yield
         return
     graph._set_control_flow_context(outer)  # pylint: disable=protected-access
