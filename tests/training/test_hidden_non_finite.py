@@ -615,3 +615,28 @@ def test_a_node_the_skipped_step_healed_is_not_healed_again_by_the_same_runs_sea
     (kept,) = [line for line in ours(caplog) if "before the heal of 'out/MatMul'" in line]
     assert "variable 'mean_absolute_error/total'" in kept and "tf.local_variables_initializer()" in kept
     assert "none of its later runs computed that node" not in caplog.text
+
+
+def test_a_gradient_histogram_written_in_a_run_of_its_own_is_said_at_the_loss_scale(caplog, monkeypatch):
+    """A Supervisor's summary thread runs the gradient histograms apart from the steps: their
+    filter hides the loss-scaled gradients' inf, said as a float16 overflow to look for."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", [32, 3], initializer=tf1.constant_initializer(0.01))
+        logits = tf.matmul(tf.constant(rng.rand(64, 32).astype(np.float32)), w)
+        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=rng.randint(0, 3, 64),
+                                                                     logits=logits)
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        grads_and_vars = opt.compute_gradients(per_example)
+        for grad, variable in grads_and_vars:
+            tf1.summary.histogram(variable.op.name + "/gradient", grad)
+        summaries = tf1.summary.merge_all()
+        opt.apply_gradients(grads_and_vars)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        session.run(summaries)
+    assert [line for line in ours(caplog) if "multiplied by the loss scale" in line]
+    assert not [line for line in ours(caplog) if "do not show it" in line or "look for" in line]

@@ -184,6 +184,8 @@ class InferenceWatch:
             return None
         if found is not None and self._computed_at_the_loss_scale(found):
             return None
+        if entry is not None and self._computed_at_the_loss_scale(getattr(entry, "tensor", None)):
+            return None  # a gradient histogram's filter, in a summary thread's run
         if found is not None:
             name = getattr(found, "name", found)
             self._say("returned inf/nan%s and computed no loss-scaled step the session watches, so "
