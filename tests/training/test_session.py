@@ -733,6 +733,33 @@ def test_feeding_a_tensor_the_rewrite_made_half_says_its_values_round(cpu_target
     assert said and "rounded to float16" in said[0]
 
 
+def test_feeding_values_past_the_half_range_says_what_to_keep_float32(cpu_target, caplog, monkeypatch):
+    """Eval code feeding an in-graph cast of raw counts directly: 70000 held in half is inf,
+    the run returned nan, and nothing said the fed values were past the range. The line
+    names the setting, which gives float32's values."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+
+    def run_once():
+        graph = tf.Graph()
+        with graph.as_default():
+            raw = tf1.placeholder(tf.int64, [None, 3], name="raw")
+            x = tf.cast(raw, tf.float32, name="x")
+            out = tf.matmul(x, tf.constant(np.eye(3, dtype=np.float32)), name="out")
+        with Session(graph=graph) as session:
+            return session.run(out, {x: [[1.0, 2049.0, 70000.0]]})
+
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        assert not np.isfinite(run_once()).all()
+    (said,) = [r.getMessage() for r in caplog.records if "past float16's range" in r.getMessage()]
+    setting = said.split("TFAMP_REWRITE_NODES_TO_EXCLUDE='")[1].split("'")[0]
+    assert setting == "^x$,^out$"
+    monkeypatch.setenv("TFAMP_REWRITE_NODES_TO_EXCLUDE", setting)
+    np.testing.assert_array_equal(run_once(), [[1.0, 2049.0, 70000.0]])
+
+
 def test_several_fed_tensors_that_round_are_said_in_one_line(cpu_target, caplog):
     """An LSTM's state fed back is a tuple of tensors (c and h per layer): one line for all."""
     graph = tf.Graph()

@@ -285,6 +285,27 @@ def test_a_queue_runners_enqueue_callable_runs_as_tensorflows_and_trains_through
     assert not queue_runs and len(runs) >= 40  # the train op's calls are runs
 
 
+def test_a_converted_node_on_no_list_is_said_as_such(caplog):
+    """Raw counts cast to float in the graph: the Cast is converted (it casts to half) but is
+    on no list, and the culprit line read "'x' (Cast, None list)"."""
+    graph = tf.Graph()
+    with graph.as_default():
+        raw = tf1.placeholder(tf.int64, [None, 2], "raw_counts")
+        x = tf.cast(raw, tf.float32, name="x")
+        w = tf1.Variable(tf.fill([2, 1], 1e-6))
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-12), "dynamic")
+        train_op = optimizer.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(6):
+            session.run([loss, train_op], {raw: [[3, 100000], [5, 200]]})
+    (message,) = culprit_messages(caplog)
+    assert "'x' (Cast, no list)" in message and "None list" not in message
+
+
 def culprit_messages(caplog):
     return [r.getMessage() for r in caplog.records if "training steps are being skipped" in r.getMessage()]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import collections.abc
 import logging
+import re
 import threading
 import time
 import weakref
@@ -596,7 +597,25 @@ class ShadowGraph:
                 or private_key.name not in self._round_when_fed):
             return value
         half = tf.as_dtype(self.dtype).as_numpy_dtype
-        return np.asarray(value, np.float32).astype(half).astype(np.float32)
+        value = np.asarray(value, np.float32)
+        with np.errstate(over="ignore"):
+            rounded = value.astype(half).astype(np.float32)
+        if np.isinf(rounded).any() and np.isfinite(value).all():
+            self._say_fed_past_half(self.user_name(private_key.name), float(np.abs(value).max()))
+        return rounded
+
+    def _say_fed_past_half(self, name: str, largest: float) -> None:
+        """Says, once per tensor, that the fed values of user tensor ``name``, held in half,
+        do not fit: the node and the converted nodes reading it are to keep float32."""
+        converted = self.converted_now()
+        fed = self.user_graph.get_tensor_by_name(name)
+        keep = [fed.op.name] + sorted({op.name for op in fed.consumers() if op.name in converted})
+        log_once("tfamp_rewrite: %r is fed values past %s's range (largest |x| %.3g), which the "
+                 "rewrite holds in %s: they become inf, as a GPU's half tensor would hold them. Keep "
+                 "it and the %s nodes reading it float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE='%s' "
+                 "(said once)" % (name, self.dtype, largest, self.dtype, self.dtype,
+                                  ",".join("^%s$" % re.escape(node) for node in keep)),
+                 key="fed past the half range: " + name)
 
     def _user_fetch(self, element):
         """The user graph's tensor or operation ``element`` names; errors as Session.run's."""

@@ -386,7 +386,8 @@ class StepDiagnosis:
 
 
 def _names(half_nodes) -> str:
-    return ", ".join("%r (%s, %s list)" % (n.name, n.op, n.category) for n in half_nodes)
+    return ", ".join("%r (%s, %s)" % (n.name, n.op, "%s list" % n.category if n.category else "no list")
+                     for n in half_nodes)
 
 
 def _renamed(probe: Probe, tensor: str) -> Probe:
