@@ -306,6 +306,30 @@ def test_a_converted_node_on_no_list_is_said_as_such(caplog):
     assert "'x' (Cast, no list)" in message and "None list" not in message
 
 
+def test_features_of_an_image_optimized_as_a_variable_are_no_weights(caplog):
+    """Neural style: the image is the variable, the Gram matrix of its conv features
+    overflows. The heal kept the whole feature tower float32 as 'computing the weights they
+    read' (25 nodes and 54 more in a VGG-style program); the features are activations."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        kernel = tf.constant(rng.normal(0, 0.3, (3, 3, 3, 8)).astype(np.float32))
+        image = tf1.Variable(rng.uniform(0, 255, (1, 32, 32, 3)).astype(np.float32), name="image")
+        features = tf.reshape(tf.nn.relu(tf1.nn.conv2d(image - 120.0, kernel, [1, 1, 1, 1], "SAME")), [-1, 8])
+        gram = tf.matmul(features, features, transpose_a=True) / 8192.0
+        loss = tf.reduce_mean(tf.square(gram - 10.0))
+        train_op = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1.0), "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(10):
+            session.run([loss, train_op])
+        assert session.heals
+    healed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tfamp_rewrite: healed:")]
+    assert healed and not [line for line in healed if "computing the weights" in line or "Conv2D" in line]
+
+
 def culprit_messages(caplog):
     return [r.getMessage() for r in caplog.records if "training steps are being skipped" in r.getMessage()]
 
