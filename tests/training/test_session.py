@@ -624,6 +624,7 @@ def test_a_graph_grown_inside_the_training_loop_is_said_and_keeps_few_reports(cp
     said = [r.getMessage() for r in caplog.records if "has grown" in r.getMessage()]
     assert len(said) == 1 and "grown 20 times (lately by 'mean_19" in said[0]
     assert "build them once, before the loop" in said[0]
+    assert "to rewrite and import it, before TensorFlow extends the session with it" in said[0]
     assert len(reports) == 16 and "mean_0" not in [d.name for d in reports[0].decisions]
     assert "mean_28" in [d.name for d in reports[-1].decisions]
 

@@ -885,6 +885,19 @@ def scale_net():
     return parts
 
 
+def test_the_settled_line_after_a_heal_says_nothing_more_is_kept(caplog):
+    """After a heal, a later fall of the scale with no culprit said "so nothing is kept
+    float32", read in sequence as contradicting the heal before it."""
+    parts = scale_net()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            session._watch.heals.append(None)  # stands for an earlier heal of this session
+            train(parts, session, 24)
+    (settled,) = [r.getMessage() for r in caplog.records if "fell far enough" in r.getMessage()]
+    assert "so nothing more is kept float32 for them" in settled
+
+
 def test_a_model_whose_right_scale_is_low_skips_its_first_steps_without_a_diagnosis(caplog):
     """No culprit, no heal; but the skips are said: the first at INFO, and once the scale has
     settled, where it settled and how to start there."""
@@ -2311,6 +2324,7 @@ def test_a_gradient_no_optimizer_applies_is_no_culprit(caplog):
     said = "\n".join(r.getMessage() for r in caplog.records)
     assert "Conv2DBackpropFilter" not in said
     assert "until the loss scale fell far enough" in said  # the image's gradient needed a lower scale
+    assert "so nothing is kept float32 for them" in said  # no heal came before
 
 
 def test_the_first_skipped_step_is_said_once_per_process_not_per_session(caplog):

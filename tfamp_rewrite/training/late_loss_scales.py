@@ -89,4 +89,4 @@ class LateLossScales:
         run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
         log_once("tfamp_rewrite: a checkpoint restore left the loss scale ('%s') uninitialized, as "
                  "the Saver's var_list leaves it out: the session initialized it, so the scale "
-                 "starts again from its initial value (said once)" % uninitialized[0].op.name)
+                 "starts from its initial value (said once)" % uninitialized[0].op.name)

@@ -425,7 +425,8 @@ class ShadowGraph:
             result.report.one_line())
         if grew and syncs == GROWTHS_SAID_AT + 1 and added:
             log_once("tfamp_rewrite: the session graph has grown %d times (lately by %r): each "
-                     "time, the whole graph is rewritten again (%.0f ms this time), so a program "
+                     "time, the whole graph is rewritten again (%.0f ms this time to rewrite and "
+                     "import it, before TensorFlow extends the session with it), so a program "
                      "that builds ops inside its training loop (a tf.reduce_mean of a fetched "
                      "value, a new summary) pays that at every step; build them once, before the "
                      "loop (said once)" % (GROWTHS_SAID_AT, added[-1], seconds * 1e3))

@@ -719,13 +719,13 @@ class StepWatch:
         _logger.warning(
             "tfamp_rewrite: training steps%s were skipped until the loss scale fell far enough: %s, "
             "then steps applied at %g; the optimizer applied no update in the skipped steps. No "
-            "tensor stayed out of %s range at the lower scales so far, so nothing is kept "
-            "float32: the gradients are large for the initial scale. LossScaleOptimizer(opt, "
+            "tensor stayed out of %s range at the lower scales so far, so nothing %sis kept "
+            "float32 for them: the gradients are large for the initial scale. LossScaleOptimizer(opt, "
             "DynamicLossScale(initial_loss_scale=%g)), or %s=%g for the optimizers automatic loss "
             "scaling wraps (a canned Estimator's), starts where this run settled. Batches that "
             "overflow only now and then (a rare large input) skip again later, and are diagnosed "
-            "then (said once)" % (which, episode.trajectory(), scale, self.shadow.dtype, scale,
-                                  INITIAL_LOSS_SCALE_ENV, scale))
+            "then (said once)" % (which, episode.trajectory(), scale, self.shadow.dtype,
+                                  "more " if self.heals else "", scale, INITIAL_LOSS_SCALE_ENV, scale))
 
     def _say_variables_not_finite(self, names: List[str], guard: SkipGuard) -> None:
         if self._said_variables:
