@@ -70,6 +70,16 @@ def test_fixes_name_none_of_the_loss_scalings_own_nodes(scope):
     assert fix.nodes_to_exclude == ["^gradients/out/MatMul_grad/MatMul_1$"] and "IsFinite" not in fix.env
 
 
+def test_fixes_name_no_shape_of_a_half_tensor():
+    """A -1e9 fill read by a loss's shape checks: its Shape readers were named and offered as
+    DENYLIST_ADD=...,Shape, which would keep every shape of the model float32 for nothing."""
+    fill = HalfNode("mask/Fill", "Fill", "clear")
+    shape = HalfNode("SparseSoftmaxCrossEntropyWithLogits/Shape_2", "Shape", "clear")
+    fix = fix_for([fill, shape])
+    assert fix.nodes_to_exclude == ["^mask/Fill$"] and "Shape" not in fix.env
+    assert fix.nodes == ["mask/Fill", "SparseSoftmaxCrossEntropyWithLogits/Shape_2"]
+
+
 def test_fixes_name_every_node_holding_the_tensor_and_the_list_edit():
     producer, reader = HalfNode("sq", "Mul", "infer"), HalfNode("mm2", "MatMul", "allow")
     fix = fix_for([producer, reader])
