@@ -523,11 +523,9 @@ def test_python_code_failing_on_an_overflow_names_the_half_node(caplog, monkeypa
     assert "TFAMP_REWRITE_NODES_TO_EXCLUDE='^out$'" in said
 
 
-def test_gradients_fetched_before_training_are_said_to_overflow_at_the_loss_scale(caplog, monkeypatch):
-    """A gradient norm printed before the first step: computed at the initial loss scale in a
-    run that has no step to skip, it is inf. That is said, not blamed on a float16 value or
-    a -1e9 mask, and no origin is looked for: the steps' own runs lower the scale."""
-    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+def _gradients_of_a_summed_loss():
+    """``(graph, optimizer, grads_and_vars)``: a per-example loss, summed by compute_gradients,
+    whose gradients overflow float16 at the initial loss scale."""
     rng = np.random.RandomState(0)
     graph = tf.Graph()
     with graph.as_default():
@@ -536,7 +534,16 @@ def test_gradients_fetched_before_training_are_said_to_overflow_at_the_loss_scal
         per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=rng.randint(0, 3, 64),
                                                                      logits=logits)
         opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
-        grads_and_vars = opt.compute_gradients(per_example)
+        return graph, opt, opt.compute_gradients(per_example)
+
+
+def test_gradients_fetched_before_training_are_said_to_overflow_at_the_loss_scale(caplog, monkeypatch):
+    """A gradient norm printed before the first step: computed at the initial loss scale in a
+    run that has no step to skip, it is inf. That is said, not blamed on a float16 value or
+    a -1e9 mask, and no origin is looked for: the steps' own runs lower the scale."""
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    graph, opt, grads_and_vars = _gradients_of_a_summed_loss()
+    with graph.as_default():
         norm = tf1.global_norm([g for g, _ in grads_and_vars])
         train = opt.apply_gradients(grads_and_vars)
         init = tf1.global_variables_initializer()
@@ -621,15 +628,8 @@ def test_a_gradient_histogram_written_in_a_run_of_its_own_is_said_at_the_loss_sc
     """A Supervisor's summary thread runs the gradient histograms apart from the steps: their
     filter hides the loss-scaled gradients' inf, said as a float16 overflow to look for."""
     monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
-    rng = np.random.RandomState(0)
-    graph = tf.Graph()
+    graph, opt, grads_and_vars = _gradients_of_a_summed_loss()
     with graph.as_default():
-        w = tf1.get_variable("w", [32, 3], initializer=tf1.constant_initializer(0.01))
-        logits = tf.matmul(tf.constant(rng.rand(64, 32).astype(np.float32)), w)
-        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=rng.randint(0, 3, 64),
-                                                                     logits=logits)
-        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic")
-        grads_and_vars = opt.compute_gradients(per_example)
         for grad, variable in grads_and_vars:
             tf1.summary.histogram(variable.op.name + "/gradient", grad)
         summaries = tf1.summary.merge_all()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from .limits import HalfLimits
-from .probes import HalfNode
+from .probes import INTEGER_RESULTS, HalfNode
 from .ranges import TensorRange
 
 ENV_PREFIX = "TF_AUTO_MIXED_PRECISION_GRAPH_REWRITE_"
@@ -72,12 +72,6 @@ class Risk:
 _LOSS_SCALING_SCOPE = re.compile(r"(amp_loss_scaling|unscale_and_check_finite)(_\d+)?$")
 
 
-# Ops whose results are integers whatever their input holds (a Shape of a half tensor is
-# converted with it): keeping one float32 changes nothing, and listing its type would keep
-# every shape of the model float32.
-_INTEGER_RESULTS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
-
-
 def added_by_the_plugin(name: str) -> bool:
     """Whether node ``name`` is one the session added to the user's graph (a histogram's
     finite-values filter, under a ``tfamp_`` scope) or the loss scaling built in it (its
@@ -90,7 +84,8 @@ def fix_for(nodes: List[HalfNode]) -> Fix:
     to the user's graph are kept with the rest but named in no edit."""
     remove: Dict[str, List[str]] = {}
     deny: List[str] = []
-    named = [node for node in nodes if not added_by_the_plugin(node.name) and node.op not in _INTEGER_RESULTS]
+    # a Shape kept float32 changes nothing, and listing its type would keep every shape float32
+    named = [node for node in nodes if not added_by_the_plugin(node.name) and node.op not in INTEGER_RESULTS]
     for node in named:
         if node.op in deny:
             continue

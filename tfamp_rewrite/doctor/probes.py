@@ -53,8 +53,11 @@ _CONSTANTS = frozenset({"Const", "HostConst"})
 # Outputs holding exactly the values of their first input: probed through that input.
 _COPIES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient", "Reshape", "Squeeze",
                      "ExpandDims", "EnsureShape", "CheckNumerics"})
+# Ops whose results are integers whatever their input holds (the rewrite converts a Shape of
+# a half tensor with it).
+INTEGER_RESULTS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 # Readers of a tensor's shape only: holding it in half changes nothing they compute.
-SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike"})
+SHAPE_READERS = INTEGER_RESULTS | {"ZerosLike", "OnesLike"}
 # Ops that turn finite inputs into inf/nan, op -> (the inputs that can make them do so,
 # what the op does with them): a divisor of 0, a log of 0, an exp of 100.
 NONFINITE_MAKERS = {

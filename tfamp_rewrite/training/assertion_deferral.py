@@ -34,6 +34,7 @@ from typing import Callable, List, Optional
 
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
+from ..doctor.probes import INTEGER_RESULTS
 from ..graph_rewrite.graph_view import parse_input
 from .check_deferral import SCOPE
 from .node_defs import node_def
@@ -42,7 +43,6 @@ from .unscaled_training import GRADIENT_SCOPE
 
 ASSERT_OP = "Assert"
 MESSAGE = SCOPE + "message"  # an assertion's formatted data: its name + MESSAGE
-_SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}  # integer outputs, whatever their input holds
 _NON_FINITE_VALUE = re.compile(r"(?<![\w.])-?(inf|nan)(?![\w])", re.IGNORECASE)
 SEPARATOR = "\x1f"  # between the data items of a message: a character values rarely hold
 _ROW_BREAK = re.compile(r"\n\s*")  # tf.strings.format starts each row of a matrix on a line
@@ -115,8 +115,9 @@ def values_upstream(ops) -> set:
     """The operations computing floating values that ``ops`` are computed from, short of a
     shape: a Shape, Size or Rank gives integers whatever its input holds (and the rewrite
     counts a Shape of a half tensor as converted too)."""
-    upstream = reachable(ops, lambda each: [] if each.type in _SHAPE_OPS else [t.op for t in each.inputs])
-    return {each for each in upstream if each.type not in _SHAPE_OPS
+    upstream = reachable(ops, lambda each: [] if each.type in INTEGER_RESULTS
+                         else [t.op for t in each.inputs])
+    return {each for each in upstream if each.type not in INTEGER_RESULTS
             and any(output.dtype.base_dtype.is_floating for output in each.outputs)}
 
 

@@ -267,34 +267,33 @@ class InferenceWatch:
         """Says, once, a matrix decomposition (private op ``failed``) that failed on a matrix
         half nodes computed, naming the nearest of them: the run raised, so no later run
         may come to look for them, and the program may end here."""
-        half = sorted({self.shadow.user_name(op.name)
-                       for op in nearest_half_producers(failed, self.shadow.computes_in_half)})
-        if not half:
-            return
-        self.said = True
-        log_once("tfamp_rewrite: a run of the rewritten graph failed in %r (%s), which decomposes "
-                 "a matrix that %s nodes computed (%s): a %s value past %s's range makes it inf/nan, "
-                 "and %s's rounding can leave a covariance or kernel matrix no longer positive "
-                 "definite. If float32 runs, keep %s float32 with %s (said once)" % (
-                     self.shadow.user_name(failed.name), failed.type, self.shadow.dtype,
-                     ", ".join(repr(name) for name in half[:4]) + (", ..." if len(half) > 4 else ""),
-                     self.shadow.dtype, self.shadow.dtype, self.shadow.dtype,
-                     "it" if len(half) == 1 else "them",
-                     nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
+        dtype = self.shadow.dtype
+        self._say_failed_on_half_values(
+            failed, sorted({self.shadow.user_name(op.name)
+                            for op in nearest_half_producers(failed, self.shadow.computes_in_half)}),
+            "which decomposes a matrix that %s nodes computed" % dtype,
+            "a %s value past %s's range makes it inf/nan, and %s's rounding can leave a "
+            "covariance or kernel matrix no longer positive definite" % (dtype, dtype, dtype))
 
     def _say_python_failed(self, failed) -> None:
         """Says, once, a ``py_func`` (private op ``failed``) that failed on values half nodes
         computed (sklearn's "Input contains infinity"), naming the nearest of them."""
-        half = self._nearest_half_producers(failed)
+        self._say_failed_on_half_values(
+            failed, self._nearest_half_producers(failed),
+            "whose Python code was given values that %s nodes computed" % self.shadow.dtype,
+            "a value past %s's range reaches it as inf" % self.shadow.dtype)
+
+    def _say_failed_on_half_values(self, failed, half: List[str], given: str, why: str) -> None:
+        """Says, once, that a run failed in private op ``failed``, ``given`` values the user
+        nodes ``half`` computed (``why`` they can fail it), with the setting that keeps them."""
         if not half:
             return
         self.said = True
-        log_once("tfamp_rewrite: a run of the rewritten graph failed in %r (%s), whose Python code "
-                 "was given values that %s nodes computed (%s): a value past %s's range reaches "
-                 "it as inf. If float32 runs, keep %s float32 with %s (said once)" % (
-                     self.shadow.user_name(failed.name), failed.type, self.shadow.dtype,
+        log_once("tfamp_rewrite: a run of the rewritten graph failed in %r (%s), %s (%s): %s. If "
+                 "float32 runs, keep %s float32 with %s (said once)" % (
+                     self.shadow.user_name(failed.name), failed.type, given,
                      ", ".join(repr(name) for name in half[:4]) + (", ..." if len(half) > 4 else ""),
-                     self.shadow.dtype, "it" if len(half) == 1 else "them",
+                     why, "it" if len(half) == 1 else "them",
                      nodes_to_exclude_setting(["^%s$" % re.escape(name) for name in half])))
 
     def after_step_run(self, fetches, values, applied: bool, plan=None, statuses=None

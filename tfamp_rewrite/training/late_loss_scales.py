@@ -52,6 +52,14 @@ class LateLossScales:
             return False
         return True
 
+    def _initialize_uninitialized(self, variables, run_private) -> list:
+        """Initializes those of the user graph's ``variables`` the session holds no value of;
+        returns them."""
+        uninitialized = [v for v in variables if not self._initialized(v, run_private)]
+        if uninitialized:
+            run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
+        return uninitialized
+
     def before_run(self, elements, run_private: Callable[[List], list]) -> None:
         """Before a run of ``elements`` (private graph): initializes the uninitialized
         loss-scale variables of the steps built since the first run (``run_private`` runs
@@ -69,10 +77,9 @@ class LateLossScales:
         variables = [v for v in variables if self.shadow.private_fetch(v.initializer) not in computed]
         if not variables:
             return
-        uninitialized = [v for v in variables if not self._initialized(v, run_private)]
+        uninitialized = self._initialize_uninitialized(variables, run_private)
         if not uninitialized:
             return
-        run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
         log_once("tfamp_rewrite: the session initialized the loss scale ('%s') of a training step "
                  "built after its first run, which no initializer of the program's covered: the "
                  "program's initializers ran before that step existed, or initialized only the "
@@ -83,10 +90,9 @@ class LateLossScales:
         uninitialized (its var_list left them out), said once."""
         with self.user_graph.as_default():
             variables = loss_scale_variables(step_signals(self.user_graph))
-        uninitialized = [v for v in variables if not self._initialized(v, run_private)]
+        uninitialized = self._initialize_uninitialized(variables, run_private)
         if not uninitialized:
             return
-        run_private([self.shadow.private_fetch(v.initializer) for v in uninitialized])
         log_once("tfamp_rewrite: a checkpoint restore left the loss scale ('%s') uninitialized, as "
                  "the Saver's var_list leaves it out: the session initialized it, so the scale "
                  "starts from its initial value (said once)" % uninitialized[0].op.name)

@@ -332,8 +332,7 @@ class OriginSearch:
                         else "assign it again, or restore it from values saved before"),
                      key="stored inf/nan: healed since")
             return
-        between = [op for op in _float32_between(graph.get_operation_by_name(write), half, converted)
-                   if graph.get_operation_by_name(op).type in _MAKE_INF_OF_FINITE]
+        between = _float32_making_inf(graph.get_operation_by_name(write), half, converted)
         if between:
             log_once("tfamp_rewrite: the inf/nan of this session's later runs starts in %s: the write "
                      "%r of the run said above stored inf/nan in variable %r (an update no loss "
@@ -413,20 +412,14 @@ class OriginSearch:
 _MAKE_INF_OF_FINITE = frozenset({"Exp", "Expm1", "Pow", "Log", "Log1p", "Sqrt", "Rsqrt", "Reciprocal",
                                  "Inv", "Xlogy", "Xdivy", "Lgamma", "Digamma", "Tan", "Acos", "Asin",
                                  "Atanh", "Acosh"})
-# Ops passing a value on without computing a new one.
-_PASSING_VALUES = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "ExpandDims", "Transpose",
-                             "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Switch", "Merge",
-                             "Enter", "Exit"})
-
-
-def _float32_between(write, half: List[str], converted) -> List[str]:
-    """The names (sorted) of the float32 ops computing new values between ``half`` nodes and
-    ``write``."""
+def _float32_making_inf(write, half: List[str], converted) -> List[str]:
+    """The names (sorted) of the float32 ops of ``_MAKE_INF_OF_FINITE`` between ``half``
+    nodes and ``write``."""
     upstream = ancestors([write])
     downstream = reachable([op for op in upstream if op.name in half],
                            lambda op: [c for t in op.outputs for c in t.consumers() if c in upstream])
-    return sorted(op.name for op in downstream if op.name not in converted and op is not write
-                  and op.type not in _PASSING_VALUES and op.type not in WRITE_OPS)
+    return sorted(op.name for op in downstream
+                  if op.name not in converted and op.type in _MAKE_INF_OF_FINITE)
 
 
 def _writes_floating(write) -> bool:

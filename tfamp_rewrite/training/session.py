@@ -454,9 +454,8 @@ class _RewritingSession:
         upstream = ancestors(elements)
         if any(self._shadow.computes_in_half(op) for op in upstream):
             return False
-        steps = [self._shadow.private_fetch(signal.computed_by or signal.all_finite)
-                 for signal in step_signals(self._user_graph)]
-        return not any(getattr(step, "op", step) in upstream for step in steps)
+        return not any(step_watch.private_step_op(self._shadow, signal) in upstream
+                       for signal in step_signals(self._user_graph))
 
     def _direct_callable(self, fetches, accept_options: bool):
         """TensorFlow's callable of ``fetches`` in the private graph, made again when a heal

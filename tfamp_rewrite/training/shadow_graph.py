@@ -46,6 +46,7 @@ from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
 from .gradient_accumulation import gradient_accumulators
+from .half_readers import half_readers
 from .half_writes import STORE_OPS, half_written_variables, say_half_writes
 from .op_walks import reachable
 from .outside_references import detach as detach_outside_references
@@ -607,10 +608,19 @@ class ShadowGraph:
 
     def _say_fed_past_half(self, name: str, largest: float) -> None:
         """Says, once per tensor, that the fed values of user tensor ``name``, held in half,
-        do not fit: the node and the converted nodes reading it are to keep float32."""
-        converted = self.converted_now()
-        fed = self.user_graph.get_tensor_by_name(name)
-        keep = [fed.op.name] + sorted({op.name for op in fed.consumers() if op.name in converted})
+        do not fit: the node and the converted nodes its values reach in half are to keep
+        float32 (half_readers.py)."""
+        node = self.user_graph.get_tensor_by_name(name).op.name
+        decisions = self.decisions
+
+        def readers(each):
+            if not has_operation(self.user_graph, each):
+                return ()
+            return [reader.name for output in self.user_graph.get_operation_by_name(each).outputs
+                    for reader in output.consumers()]
+
+        keep = half_readers(node, [node] if node in decisions else [], decisions, readers)
+        keep = keep if node in keep else [node] + keep
         log_once("tfamp_rewrite: %r is fed values past %s's range (largest |x| %.3g), which the "
                  "rewrite holds in %s: they become inf, as a GPU's half tensor would hold them. Keep "
                  "it and the %s nodes reading it float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE='%s' "

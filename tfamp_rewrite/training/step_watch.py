@@ -280,7 +280,7 @@ class StepWatch:
             graph = self.shadow.user_graph
             steps = [i for i, s in enumerate(signals) if _is_dynamic(s.loss_scale)
                      and s.all_finite.graph is graph
-                     and _op_of(self.shadow.private_fetch(s.computed_by or s.all_finite)) in computed]
+                     and private_step_op(self.shadow, s) in computed]
             watched = [i for i in steps if all(graph.is_fetchable(t) for t in _flag_and_scale(signals[i]))]
             cached = self._computed[key] = (watched, [i for i in steps if i not in watched])
         return cached
@@ -972,6 +972,11 @@ def _is_dynamic(loss_scale) -> bool:
 
 def _op_of(element):
     return getattr(element, "op", element)
+
+
+def private_step_op(shadow, signal):
+    """The private graph's op of ``signal``'s step that a run computing the step computes."""
+    return _op_of(shadow.private_fetch(signal.computed_by or signal.all_finite))
 
 
 def _flag_and_scale(signal) -> tuple:
