@@ -948,3 +948,28 @@ def test_a_print_a_histogram_summary_reads_prints_once_per_run(cpu_target, capfd
         for _ in range(3):
             session.run([step, histogram])
     assert capfd.readouterr().err.count("printed norm: ") == 3
+
+
+def test_a_print_on_the_loss_prints_only_in_the_runs_fetching_it(cpu_target, capfd):
+    """``loss = tf.Print(loss, ...)`` then ``minimize``: float32 prints only in runs that
+    fetch the loss.  The step's loss check read the Print, so a run of the train op alone
+    printed (twice: Grappler's arithmetic optimizer duplicates a Print read by IsFinite)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [8, 4], name="x")
+        loss = tf.reduce_mean(tf.square(tf1.layers.dense(x, 1)))
+        loss = tf1.Print(loss, [loss], message="printed loss: ")
+        optimizer = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.01), "dynamic")
+        train_op = optimizer.minimize(loss)
+        init = tf1.global_variables_initializer()
+    feed = {x: np.ones((8, 4), np.float32)}
+    with Session(graph=graph) as session:
+        session.run(init)
+        capfd.readouterr()
+        for _ in range(3):
+            session.run(train_op, feed)
+        alone = capfd.readouterr().err.count("printed loss: ")
+        for _ in range(3):
+            session.run([train_op, loss], feed)
+        fetched = capfd.readouterr().err.count("printed loss: ")
+    assert (alone, fetched) == (0, 3)

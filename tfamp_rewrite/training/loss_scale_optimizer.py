@@ -175,13 +175,25 @@ def _check_wrappable(opt):
 
 
 def _scaled_loss(loss, scale):
-    """``loss * scale`` in the loss's dtype; a callable loss stays a callable."""
+    """``loss * scale`` in the loss's dtype, read past a ``tf.Print`` of it (``_past_prints``);
+    a callable loss stays a callable."""
     if callable(loss):
         def scaled():
-            value = loss()
+            value = _past_prints(loss())
             return value * _tf.cast(scale, value.dtype)
         return scaled
+    loss = _past_prints(loss)
     return loss * _tf.cast(scale, loss.dtype)
+
+
+def _past_prints(tensor):
+    """The value ``tf.Print`` ops on ``tensor`` pass through.  A Print's gradient is its
+    input's, and float32 runs it only where the program fetches it: the scaling or a check
+    reading the Print would print in every step's run (twice, with Grappler's arithmetic
+    optimizer and an ``IsFinite`` reader)."""
+    while tensor.op.type == "Print" and tensor.op.inputs[0].dtype == tensor.dtype:
+        tensor = tensor.op.inputs[0]
+    return tensor
 
 
 def _same_gradients(first, second):
@@ -327,8 +339,12 @@ def _variable_writers(graph):
 
 def _loss_finite(loss):
     """Whether ``loss`` (a tensor, or None) holds only finite values, as a bool scalar built
-    beside the step; None where it cannot be fetched with the step's flag, or is no tensor."""
+    beside the step; None where it cannot be fetched with the step's flag, or is no tensor.
+    It reads the value a ``tf.Print`` of the loss passes on (``_past_prints``)."""
     if not isinstance(loss, _tf.Tensor) or not loss.dtype.is_floating or not _usable_here(loss):
+        return None
+    loss = _past_prints(loss)
+    if not _usable_here(loss):
         return None
     return _tf.reduce_all(_tf.math.is_finite(loss), name="loss_is_finite")
 
