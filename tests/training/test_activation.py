@@ -704,3 +704,30 @@ def test_freeze_graph_from_a_graph_file_names_the_fix_for_the_loss_scales_variab
     with tf.Graph().as_default():
         freeze_graph.freeze_graph("", input_binary=True, input_meta_graph=checkpoint + ".meta", **arguments)
     assert (tmp_path / "frozen.pb").stat().st_size > 0
+
+
+@pytest.mark.parametrize("after_outer_step", [False, True], ids=["alone", "after_the_outer_step"])
+def test_an_unrolled_inner_step_written_by_hand_is_said_to_train_unscaled(monkeypatch, caplog,
+                                                                          after_outer_step):
+    """Learned learning rates: ``w.assign(w - exp(log_lr) * tf.gradients(loss, w))`` under a
+    control dependency on the outer, loss-scaled step on ``log_lr``.  Waiting on that step's
+    flag made the write count as loss-scaled, and its 2e-8 gradients flushed to zero
+    unsaid; the value it writes comes from an unscaled tf.gradients all the same."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.ones([2, 4], np.float32))
+        w = tf1.get_variable("w", initializer=np.full([4, 3], 1e-3, np.float32))
+        log_lr = tf1.get_variable("log_lr", initializer=0.0)
+        g = tf.gradients(1e-8 * tf.reduce_sum(tf.matmul(x, w)), w)[0]
+        w_new = w - tf.exp(log_lr) * g
+        outer = tf1.train.AdamOptimizer(0.01).minimize(
+            tf.reduce_sum(tf.square(tf.matmul(x, w_new) - 1.0)), var_list=[log_lr])
+        with tf.control_dependencies([outer] if after_outer_step else []):
+            advance = tf1.assign(w, tf.stop_gradient(w_new))
+        init = tf1.global_variables_initializer()
+    warning = unscaled_training_warning(caplog, graph, init, quiet=init, trains=advance)
+    assert re.search(r"1 update op\(s\) \(e.g. 'Assign(VariableOp)?', Assign", warning), warning

@@ -651,6 +651,26 @@ def test_tf_gradients_users_scale_with_get_scaled_loss_and_are_warned_without(mo
     (warning,) = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
     assert "get_scaled_loss" in warning and "get_unscaled_gradients" in warning
     assert "with several optimizers, each its own" in warning
+    assert "apply_gradients of 'GradientDescent' (GradientDescentOptimizer) got" in warning
+
+
+def test_each_optimizer_applying_unscaled_gradients_is_named_once(monkeypatch, caplog):
+    """An architecture search's child (Momentum) and controller (Adam) both apply
+    tf.gradients' results: one line named neither, and said the second one never."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default(), caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        w = tf1.get_variable("w", initializer=[1.0, 2.0])
+        v = tf1.get_variable("v", initializer=[1.0, 2.0])
+        for _ in range(2):  # an Estimator builds its graph again: still once each
+            for inner, var in ((tf1.train.MomentumOptimizer(0.1, 0.9), w), (tf1.train.AdamOptimizer(0.1), v)):
+                opt = LossScaleOptimizer(inner, "dynamic")
+                opt.apply_gradients(zip(tf1.gradients(tf.reduce_sum(var * var), [var]), [var]))
+    said = [r.getMessage() for r in caplog.records if "unscaled loss" in r.getMessage()]
+    assert [re.search(r"apply_gradients of ('\w+' \(\w+\))", line).group(1) for line in said] == [
+        "'Momentum' (MomentumOptimizer)", "'Adam' (AdamOptimizer)"]
 
 
 def _squared_weights():

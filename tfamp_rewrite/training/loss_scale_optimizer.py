@@ -711,26 +711,28 @@ class LossScaleOptimizer(_tf.train.Optimizer):
                 "they recover only as that optimizer's own skipped steps lower it. Compute and "
                 "apply the gradients with the same optimizer.")
             return
+        named = "'%s' (%s)" % (self._optimizer.get_name(), type(self._optimizer).__name__)
         own = _own_compute_gradients(self._optimizer)
         if own is not None:
             log_once(
-                "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss: "
+                "tfamp_rewrite: apply_gradients of %s got gradients computed from an unscaled loss: "
                 "%s.compute_gradients is the program's own and does not call Optimizer."
                 "compute_gradients, which the loss scaling multiplies the loss in, so loss "
                 "scaling cannot keep small float16 gradients from flushing to zero; only "
                 "non-finite steps are skipped. Have it compute them with super().compute_"
                 "gradients(loss, ...) (or the wrapped optimizer's), or keep the nodes whose "
-                "gradients flush float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE" % own,
-                key="unscaled loss: own compute_gradients")
+                "gradients flush float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE" % (named, own),
+                key="unscaled loss: own compute_gradients of %s" % named)
             return
+        # once per optimizer: an architecture search's child and controller each apply their own
         log_once(
-            "tfamp_rewrite: apply_gradients got gradients computed from an unscaled loss "
+            "tfamp_rewrite: apply_gradients of %s got gradients computed from an unscaled loss "
             "(tf.gradients(loss, ...) rather than compute_gradients), so loss scaling cannot "
             "keep small float16 gradients from flushing to zero; only non-finite steps are "
             "skipped. Use opt.compute_gradients(loss) (with several optimizers, each its own: "
             "opt.compute_gradients(loss, var_list=the variables it applies)), or with a "
             "LossScaleOptimizer grads = opt.get_unscaled_gradients(tf.gradients("
-            "opt.get_scaled_loss(loss), vars)).")
+            "opt.get_scaled_loss(loss), vars))." % named)
 
     def get_slot(self, var, name):
         return self._optimizer.get_slot(var, name)

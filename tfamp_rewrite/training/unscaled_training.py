@@ -55,8 +55,9 @@ def unscaled_updates(graph, dtype: str) -> List:
     """The update ops of ``graph`` that no loss scaling covers, if it runs in float16 (and
     has no Keras loss scale of its own), else an empty list: the optimizers' ``Apply*`` ops,
     and assignments to a trainable variable of values computed from ``tf.gradients``, that
-    do not wait on a loss-scaled step's finite flag (a model trained with a Keras optimizer
-    beside one a loss-scaled optimizer trains is named)."""
+    do not wait on a loss-scaled step's finite flag, or (an assignment) are not computed
+    from a loss-scaled step's values (a model trained with a Keras optimizer beside one a
+    loss-scaled optimizer trains is named)."""
     if dtype != "float16":
         return []
     signals = step_signals(graph)
@@ -79,9 +80,15 @@ def unscaled_updates(graph, dtype: str) -> List:
                                                 if GRADIENT_SCOPE.search(op.name)])
         updates.extend(op for op in assigns if op in from_gradients)
     if updates:  # by a loss-scaled step, or from a loss the program scales (a fixed scale's)
-        scaled = downstream_of(graph, [s.all_finite.op for s in signals if s.all_finite.graph is graph]
-                                + _loss_scale_variables(graph, signals) + _backprops_of_scaled_losses(graph))
-        updates = [op for op in updates if op not in scaled]
+        sources = ([s.all_finite.op for s in signals if s.all_finite.graph is graph]
+                   + _loss_scale_variables(graph, signals) + _backprops_of_scaled_losses(graph))
+        # an optimizer's Apply in a loss-scaled step's cond waits on its pivot; a write by hand
+        # is scaled only if its value is (an unrolled inner step waiting on an outer
+        # loss-scaled step writes its own tf.gradients' values)
+        scaled = downstream_of(graph, sources)
+        scaled_values = reachable(sources, value_consumers)
+        updates = [op for op in updates
+                   if op not in (scaled_values if op.type in _ASSIGN_OPS else scaled)]
     return updates
 
 
