@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 
 import tfamp_rewrite
 from tfamp_rewrite.training import activation
@@ -731,3 +732,44 @@ def test_an_unrolled_inner_step_written_by_hand_is_said_to_train_unscaled(monkey
         init = tf1.global_variables_initializer()
     warning = unscaled_training_warning(caplog, graph, init, quiet=init, trains=advance)
     assert re.search(r"1 update op\(s\) \(e.g. 'Assign(VariableOp)?', Assign", warning), warning
+
+
+@pytest.mark.parametrize("stopped_by", ["back_prop=False", "stop_gradient"])
+def test_a_samplers_input_gradients_in_a_loop_without_backprop_are_said(monkeypatch, caplog, stopped_by):
+    """An energy-based model's Langevin sampler: tf.gradients of the energy with respect to
+    the samples, in a TF1 while loop whose result the loss reads.  With the loop's result
+    under stop_gradient the call was said; built with back_prop=False, which stops gradients
+    as well, the walk went out of the loop into the loss and took the call for training's."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        tf1.set_random_seed(0)
+        w = tf1.get_variable("w", [2, 16])
+        v = tf1.get_variable("v", [16, 1])
+
+        def energy(x):
+            return tf.squeeze(tf.matmul(tf.nn.elu(tf.matmul(x, w)), v), 1)
+
+        def langevin(i, x):
+            (g,) = tf.gradients(tf.reduce_sum(energy(x)), x)
+            return i + 1, x - 0.01 * g + 0.1 * tf1.random_normal(tf.shape(x))
+
+        start = tf1.random_uniform([16, 2], -1.0, 1.0)
+        _, negatives = tf.while_loop(lambda i, x: i < 3, langevin, [0, start],
+                                     back_prop=stopped_by == "stop_gradient")
+        if stopped_by == "stop_gradient":
+            negatives = tf.stop_gradient(negatives)
+        positives = tf1.placeholder(tf.float32, [16, 2], name="positives")
+        loss = tf.reduce_mean(energy(positives)) - tf.reduce_mean(energy(negatives))
+        train = tf1.train.GradientDescentOptimizer(1e-3).minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            session.run(train, {positives: np.ones([16, 2], np.float32)})
+    (said,) = [r.getMessage() for r in caplog.records if "uses them as values" in r.getMessage()]
+    assert "('while/gradients')" in said

@@ -221,10 +221,13 @@ def _reaches_an_update(ops) -> bool:
     """Whether the values of ``ops`` flow into an optimizer's update, an assignment to a
     trainable variable or to a gradient accumulator (gradient_accumulation.py: a step
     applies what it holds), or a loss-scaled optimizer's finite check, other than past a
-    ``stop_gradient``.  A metric's counts (``tf.metrics.accuracy`` of an FGSM attack) and an
+    ``stop_gradient`` or out of a ``while_loop(..., back_prop=False)`` (a Langevin
+    sampler's).  A metric's counts (``tf.metrics.accuracy`` of an FGSM attack) and an
     attack's perturbation kept in a non-trainable variable update no model."""
     def readers(op):
-        return [] if op.type in _GRADIENT_STOPS else [c for t in op.outputs for c in t.consumers()]
+        if op.type in _GRADIENT_STOPS or _leaves_a_loop_without_backprop(op):
+            return []
+        return [c for t in op.outputs for c in t.consumers()]
 
     reached = reachable(ops, readers)
     updated = None
@@ -238,6 +241,15 @@ def _reaches_an_update(ops) -> bool:
             if variable_op(op.inputs[0]).name in updated:
                 return True
     return False
+
+
+def _leaves_a_loop_without_backprop(op) -> bool:
+    """Whether ``op`` is an Exit of a TF1 while loop built with ``back_prop=False``: no
+    gradient flows back through it, as through a ``stop_gradient``."""
+    if op.type not in ("Exit", "RefExit"):
+        return False
+    context = op._get_control_flow_context()  # pylint: disable=protected-access
+    return getattr(context, "back_prop", True) is False
 
 
 def _loss_scale_variables(graph, signals) -> List:
