@@ -42,6 +42,7 @@ from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from ..user_log import LOGGER_NAME, log_info
 from .assertion_deferral import ASSERT_OP, defer_assertions, waits_for_the_loss_scaling
 from .check_deferral import defer_checks, hold_checked_steps, hold_checked_writes
+from .constants_past_half import ConstantsPastHalf
 from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
 from .generations import import_generation, state_sources
@@ -57,6 +58,7 @@ from .unscaled_training import unguarded_writes
 from .variable_check import state_variables
 
 _FETCH_CAST_SCOPE = "tfamp_fetch_as_"
+_CONSTANT_ROUNDS = 8  # rewrites keeping readers of constants past half's range float32, at most
 _HELPER_SCOPE = "/tfamp_"  # nodes added beside a user node: "<node>/tfamp_finite_only/...", ...
 STATE_GUARD_OFF = "tfamp_state_guard_off"  # state_guard.py's switch, fed in runs of no step
 _SAID_SUMMARIES: Set[str] = set()  # rewrite summary lines this process logged at INFO
@@ -95,6 +97,7 @@ class ShadowGraph:
         self.decisions: Dict[str, object] = {}  # user node -> its latest rewrite decision
         self._converted_ever: Set[str] = set()  # user nodes some rewrite converted
         self.kept_float32: Set[str] = set()  # user nodes healed: excluded from the rewrite
+        self.constants_past_half = ConstantsPastHalf(dtype)  # their readers are excluded too
         self.excluded_by_name: list = []     # compiled patterns: nodes the user keeps float32
         self.deferred_checks: Set[str] = set()  # user CheckNumerics and Asserts run with a status
         self.unguarded_writes: Dict[str, str] = {}  # user write -> variable: unscaled_training's
@@ -292,9 +295,19 @@ class ShadowGraph:
         ``whole``: it replaces what the private graph runs (a new generation), rather than
         adding the nodes not imported yet.
         """
-        result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
-                                   numerics=self.numerics, compat=self.compat,
-                                   nodes_to_exclude=self._excluded(graph_def))
+        kept_now: Dict[str, str] = {}
+        for _ in range(_CONSTANT_ROUNDS):
+            result = rewrite_graph_def(graph_def, dtype=self.dtype, target=self.target,
+                                       numerics=self.numerics, compat=self.compat,
+                                       nodes_to_exclude=self._excluded(graph_def))
+            # a constant's float32 readers pass it on: their readers may read it next round
+            past_half = self.constants_past_half.found_in(graph_def, result.report.casts)
+            if not past_half:
+                break
+            self.constants_past_half.keep(past_half)
+            kept_now.update(past_half)
+        if kept_now:
+            self.constants_past_half.say(kept_now)
         if result.report.emulation is not None and round_to_half_available() and \
                 self._ops_library_usable("emulated numerics round with Cast pairs"):
             use_rounding_op(result.graph_def, result.report.emulation)
@@ -325,8 +338,9 @@ class ShadowGraph:
                                                 nodes_to_exclude=self._excluded(graph_def))
 
     def _excluded(self, graph_def) -> List[str]:
-        """The nodes of ``graph_def`` the rewrite leaves float32: healed, or named by the
-        user's patterns (``excluded_by_name``; the first time some match, said once)."""
+        """The nodes of ``graph_def`` the rewrite leaves float32: healed, reading a constant
+        past half's range (constants_past_half.py), or named by the user's patterns
+        (``excluded_by_name``; the first time some match, said once)."""
         known = {node.name for node in graph_def.node}
         named = {name for name in known if any(p.match(name) for p in self.excluded_by_name)}
         if self.excluded_by_name and not named:
@@ -339,7 +353,7 @@ class ShadowGraph:
                      "(e.g. %r)%s" % (NODES_TO_EXCLUDE_ENV, len(named), min(named), "".join(
                          "; %r matches none of them" % p.pattern for p in self.excluded_by_name
                          if not any(p.match(name) for name in named))))
-        return sorted((self.kept_float32 & known) | named)
+        return sorted(((self.kept_float32 | self.constants_past_half.readers.keys()) & known) | named)
 
     def _import_generation(self, rewritten_def) -> None:
         """Imports ``rewritten_def`` whole, under a new scope, sharing state (generations.py)."""
