@@ -26,6 +26,7 @@ def no_heals_from_earlier_tests(monkeypatch):
     from tfamp_rewrite.training import heal_memory
 
     monkeypatch.setattr(heal_memory, "_healed_in_process", {})
+    monkeypatch.setattr(heal_memory, "_layers_in_process", {})
 
 
 def pytest_addoption(parser):

@@ -1591,8 +1591,9 @@ def test_sessions_made_after_a_heal_start_healed(caplog):
                 losses = train(again, later, 3)
         assert later.rewrite_reports[0].decision("logits").dtype == "float32"
         assert np.isfinite(losses).all() and later.heals == [] and culprit_messages(caplog) == []
-    assert len([r for r in caplog.records if "sessions made after a heal keep the healed nodes"
-                in r.getMessage()]) == 1
+    (carried,) = [r.getMessage() for r in caplog.records
+                  if "sessions made after a heal keep the healed nodes" in r.getMessage()]
+    assert "this one keeps %d ('" % len(session.heals[0].nodes) in carried and "'logits'" in carried
     other = tf.Graph()  # another model that merely reuses the name
     with other.as_default():
         tf.matmul(tf1.placeholder(tf.float32, [2, 3]), tf.ones([3, 2]), name="logits")
@@ -2605,3 +2606,77 @@ def test_a_run_pushing_loss_scaled_gradients_to_an_accumulator_is_not_an_inferen
                 loss = session.run([push, parts["loss"]], parts["feed"])[1]  # a worker logs its loss
     assert not np.isfinite(loss)  # the forward pass overflowed half
     assert "computed no loss-scaled step" not in caplog.text
+
+
+def test_heals_of_a_trial_that_diverges_in_float32_too_are_not_handed_to_the_next(caplog):
+    """A learning-rate sweep in one process: the lr=5 trial diverges in float32 as well,
+    heals node after node while its weights blow up, and closes before any verdict.  Its
+    heals were remembered, so every later trial ran with nothing in float16, unsaid."""
+    rng = np.random.RandomState(0)
+    features = (rng.normal(0, 1, (512, 20)) * 40).astype(np.float32)
+    labels = (features[:, 0] > 0).astype(np.int64)
+
+    def trial(learning_rate):
+        graph = tf.Graph()
+        with graph.as_default():
+            tf1.set_random_seed(0)
+            x = tf1.placeholder(tf.float32, [None, 20], name="x")
+            y = tf1.placeholder(tf.int64, [None], name="y")
+            w1 = tf1.get_variable("w1", initializer=tf1.random_normal([20, 32], stddev=0.01))
+            w2 = tf1.get_variable("w2", initializer=tf1.random_normal([32, 2], stddev=0.01))
+            logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2)
+            loss = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            optimizer = tfamp_rewrite.LossScaleOptimizer(
+                tf1.train.GradientDescentOptimizer(learning_rate), "dynamic")
+            train_op = optimizer.minimize(loss)
+            init = tf1.global_variables_initializer()
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(60):
+                session.run(train_op, {x: features, y: labels})
+            return session.heals, session.rewrite_reports[0].nodes_converted
+
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        diverged_heals, _ = trial(5.0)
+        sane_heals, converted = trial(1e-3)
+    assert diverged_heals and not sane_heals
+    (said,) = [r.getMessage() for r in caplog.records
+               if "closed with its loss inf/nan again" in r.getMessage()]
+    assert "later sessions of this process start without them" in said
+    assert converted > 0  # the next trial starts with its float16 nodes
+
+
+def test_trials_saving_into_one_directory_each_restore_their_own_heals(tmp_path, monkeypatch, caplog):
+    """A sweep's trials, each a process, save into one directory: the heal file beside the
+    checkpoints was one per directory, so restoring a trial that healed nothing kept the
+    other trial's heals float32 (and said its training run had kept them)."""
+    directory = str(tmp_path)
+    prefixes = {}
+    for name, input_scale in (("overflowing", 2000.0), ("fitting", 1.0)):
+        monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # trials in processes of their own
+        parts = overflow_net(input_scale=input_scale)
+        with parts["graph"].as_default():
+            saver = tf1.train.Saver()
+        with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+            session.run(parts["init"])
+            train(parts, session, 12)
+            prefixes[name] = saver.save(session, directory + "/" + name)
+            assert bool(session.heals) == (name == "overflowing")
+
+    def restored(name):
+        monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
+        monkeypatch.setattr(devices, "_logged", set())
+        caplog.clear()
+        again = overflow_net()
+        with again["graph"].as_default():
+            restorer = tf1.train.Saver()
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            with tfamp_rewrite.Session(graph=again["graph"]) as evaluation:
+                restorer.restore(evaluation, prefixes[name])
+                evaluation.run("logits:0", {again["batch"]: next(iter(again["feed"].values()))})
+                kept = evaluation.rewrite_reports[-1].decision("logits").dtype == "float32"
+        return kept, [r.getMessage() for r in caplog.records if "restored a checkpoint" in r.getMessage()]
+
+    assert restored("fitting") == (False, [])
+    kept, said = restored("overflowing")
+    assert kept and len(said) == 1

@@ -1,7 +1,10 @@
 """Heal files: the nodes a training run kept float32, where other processes find them.
 
 A heal file is JSON, ``{"kept_float32": [node names], "heals": [one dict per heal]}``,
-written as a new file renamed into place, so a reader never sees half of one.  Training
+written as a new file renamed into place, so a reader never sees half of one.  Beside
+checkpoints it also holds ``"checkpoints": [[checkpoint name, [node names]], ...]``, what
+the session saving each checkpoint of the directory kept float32 (nothing, too): the
+trials of a sweep saving into one directory each restore their own.  Training
 sessions write it where ``TFAMP_REWRITE_HEAL_FILE`` points and, as ``HEALS_BESIDE_CHECKPOINTS``,
 into the directory of each checkpoint they save (a SavedModel's ``variables/`` too);
 sessions restoring such a checkpoint, and ``tfamp-rewrite convert`` of such a SavedModel
@@ -15,9 +18,10 @@ import json
 import math
 import os
 import tempfile
-from typing import Iterable, List
+from typing import Iterable, List, Optional
 
 HEALS_BESIDE_CHECKPOINTS = "tfamp_rewrite_heals.json"
+MOST_CHECKPOINTS = 64  # checkpoint entries a heal file keeps (a Saver keeps 5 by default)
 
 
 def beside_checkpoint(prefix: str) -> str:
@@ -35,13 +39,25 @@ def heal_file_exists(path: str) -> bool:
         return False
 
 
-def kept_in(path: str) -> List[str]:
-    """The nodes the heal file at ``path`` keeps float32; ValueError (saying why) if it
-    cannot be read as one."""
+def kept_in(path: str, checkpoint: Optional[str] = None) -> List[str]:
+    """The nodes the heal file at ``path`` keeps float32 -- for ``checkpoint`` (a name in its
+    directory), what the session saving it kept, where the file lists checkpoints (none for
+    one it does not list: its session kept none) -- ValueError (saying why) if it cannot be
+    read as one."""
     try:
-        return [str(name) for name in json.loads(_text_of(path))["kept_float32"]]
+        content = json.loads(_text_of(path))
+        if checkpoint is not None and "checkpoints" in content:
+            return [str(name) for name in dict(_checkpoint_entries(content)).get(checkpoint, [])]
+        return [str(name) for name in content["kept_float32"]]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(str(error) or type(error).__name__) from None
+
+
+def _checkpoint_entries(content) -> List[list]:
+    """``[[checkpoint name, [node names]], ...]`` of a heal file's content, oldest first."""
+    entries = content.get("checkpoints", []) if isinstance(content, dict) else []
+    return [[str(entry[0]), list(entry[1])] for entry in entries
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)]
 
 
 def heals_in(path: str) -> List[dict]:
@@ -63,12 +79,24 @@ def _text_of(path: str) -> str:
         return handle.read()
 
 
-def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict]) -> None:
+def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict],
+                    checkpoint: Optional[str] = None) -> None:
     """Writes ``{"kept_float32": [...], "heals": [...]}`` to ``path``: a new file in its
-    directory, renamed into place.  Raises OSError."""
+    directory, renamed into place; with ``checkpoint`` (a checkpoint's name in that
+    directory), the file's entry for it too, beside the others' (``MOST_CHECKPOINTS``
+    latest).  Raises OSError."""
+    kept_float32 = sorted(kept_float32)
     # strict JSON: a culprit's largest |x| that was inf/nan is written as null
     heals = [dict(h, max_abs=h["max_abs"] if math.isfinite(h["max_abs"]) else None) for h in heals]
-    text = json.dumps({"kept_float32": sorted(kept_float32), "heals": heals}, indent=1, sort_keys=True) + "\n"
+    content = {"kept_float32": kept_float32, "heals": heals}
+    if checkpoint is not None:
+        try:
+            entries = _checkpoint_entries(json.loads(_text_of(path))) if heal_file_exists(path) else []
+        except (OSError, ValueError):
+            entries = []  # unreadable: written anew
+        entries = [entry for entry in entries if entry[0] != checkpoint] + [[checkpoint, kept_float32]]
+        content["checkpoints"] = entries[-MOST_CHECKPOINTS:]
+    text = json.dumps(content, indent=1, sort_keys=True) + "\n"
     if _has_scheme(path):
         _write_remote(path, text)
         return

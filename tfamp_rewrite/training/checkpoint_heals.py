@@ -97,17 +97,21 @@ def say_loss_scale_left_out(elements, loss_scale_variables: List[str]) -> None:
 
 def save_beside(prefix: str, kept_float32, heals: List[dict]) -> None:
     """After a save of checkpoint ``prefix`` by a session keeping ``kept_float32`` (nodes)
-    float32 (``heals``: its own heals, as dicts): writes them beside it, said once."""
-    if not kept_float32:
-        return
+    float32 (``heals``: its own heals, as dicts): writes them beside it as that checkpoint's,
+    said once; a session keeping none writes that only where a heal file is there already
+    (another trial's, in a directory a sweep's trials share)."""
     path = beside_checkpoint(prefix)
+    if not kept_float32 and not heal_file_exists(path):
+        return
     try:
-        write_heal_file(path, kept_float32, heals)
+        write_heal_file(path, kept_float32, heals, checkpoint=os.path.basename(prefix))
     except OSError as error:
         log_once("tfamp_rewrite: cannot write %s beside the checkpoint (%s): a session restoring "
                  "it starts without the %d node(s) this one keeps float32; set %s=path in both "
                  "processes instead (said once)" % (path, error.strerror or error, len(kept_float32),
                                                     HEAL_FILE_ENV))
+        return
+    if not kept_float32:
         return
     exported = estimator_export_path(path)
     if exported is not None:  # said where it ends up, not where the export is written first
@@ -117,8 +121,8 @@ def save_beside(prefix: str, kept_float32, heals: List[dict]) -> None:
                  % (exported, os.path.dirname(os.path.dirname(path)), len(kept_float32)))
         return
     log_once("tfamp_rewrite: %s, beside the checkpoint, lists the %d node(s) this session keeps "
-             "float32; a session restoring a checkpoint from %s keeps them float32 too (an "
-             "evaluation, the next training run) (said once)"
+             "float32; a session restoring this session's checkpoints from %s keeps them float32 "
+             "too (an evaluation, the next training run) (said once)"
              % (path, len(kept_float32), os.path.dirname(path)))
 
 
@@ -151,7 +155,7 @@ def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
     if not heal_file_exists(path):
         return []
     try:
-        listed = kept_in(path)
+        listed = kept_in(path, checkpoint=os.path.basename(prefix))
     except ValueError as error:
         log_once("tfamp_rewrite: %s, beside the restored checkpoint, cannot be read as the nodes "
                  "its training run kept float32 (%s): this session starts without them; delete "

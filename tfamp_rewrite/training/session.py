@@ -128,10 +128,13 @@ class _RewritingSession:
                 "this graph holds %d of them (e.g. '%s')" % (len(present), present[0]) if present
                 else "this graph holds none of them (yet: nodes added later are kept too)"))
         healed = [n for n in healed_in_this_process(self._user_graph) if n not in kept]
-        if healed:
+        if healed:  # once per set of nodes: an Estimator's every session carries the same
             log_once("tfamp_rewrite: sessions made after a heal keep the healed nodes their graph "
                      "holds float32 from their first run (an Estimator's evaluation and next "
-                     "train() too; said once)")
+                     "train() too, and the next trial of a sweep): this one keeps %d (%s) (said "
+                     "once)" % (len(healed), ", ".join(repr(n) for n in sorted(healed)[:4])
+                                + (", ..." if len(healed) > 4 else "")),
+                     key="carried heals %s" % sorted(healed))
         self._shadow.kept_float32.update(kept + healed)
         every = monitor_every()
         monitor = (PrecisionMonitor(every, os.environ.get(MONITOR_DIR_ENV) or DEFAULT_DIR,
@@ -140,8 +143,10 @@ class _RewritingSession:
                          monitor=monitor, run_private=self._run_private)
 
     def close(self):
-        if self._watch is not None and self._watch.monitor is not None:
-            self._watch.monitor.close()
+        if self._watch is not None:
+            self._watch.session_closed()
+            if self._watch.monitor is not None:
+                self._watch.monitor.close()
         if self._inference is not None:
             self._inference.search.session_closed()
         super().close()
@@ -319,7 +324,8 @@ class _RewritingSession:
         """After a Saver's run: a save writes the nodes kept float32 beside the checkpoint
         ``prefix``; a restore keeps float32 those listed beside it (checkpoint_heals.py)."""
         if kind == SAVE:
-            save_beside(prefix, self._shadow.kept_float32,
+            # not the heals taken back (steps that failed in float32 too)
+            save_beside(prefix, self._shadow.kept_float32 - set(self._watch.forgotten if self._watch else ()),
                         self._restored_heals + [asdict(h) for h in self.heals])
             say_loss_scale_left_out(elements, [v.op.name for v in loss_scale_variables(
                 step_signals(self._user_graph))])

@@ -128,6 +128,7 @@ _logger = logging.getLogger("tfamp_rewrite")
 _said_probing = False  # building the probes is said once per process
 _said_probing_pause = False  # a long first probed step: said once per process
 PAUSE_SAID_AFTER = 5.0  # seconds: a first probed step slower than this is said
+_FAILING_AGAIN = 2  # steps skipped on an inf/nan loss since the last heal, the last one too
 _said_heal_file_hint = False  # how other processes start healed: said once per process
 
 
@@ -206,6 +207,9 @@ class StepWatch:
         self._said_frozen = False     # training frozen: said once
         self._settled_steps: set = set()  # ids of the signals whose settled scale was said
         self._constants_seen: Optional[Tuple[int, List[str]]] = None  # (version, inf/nan constants)
+        self._since_heal = [0, 0]     # steps applied, and skipped on an inf/nan loss, since the last heal
+        self._last_failed = False     # whether the latest step skipped on an inf/nan loss
+        self._heals_forgotten = False  # taken back for later sessions (their steps failed anyway)
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -352,6 +356,10 @@ class StepWatch:
                 guard = self._guard(signals[i])
                 self._note_scale(i, float(scale), bool(all_finite), signals[i].loss_scale)
                 ended = guard.observe(float(scale), bool(all_finite), loss_finite=i not in losses_not_finite)
+                # a loss the forward pass made inf/nan: the step fails whatever the scale
+                self._last_failed = not all_finite and i in losses_not_finite
+                self._since_heal[0] += bool(all_finite)
+                self._since_heal[1] += self._last_failed
                 if not all_finite:  # the other loss scales whose steps skipped in this run
                     others = len({id(signals[j].loss_scale) for j, (finite, _) in steps.items()
                                   if not finite} - {id(signals[i].loss_scale)})
@@ -636,6 +644,7 @@ class StepWatch:
         report = self.shadow.heal(heal.nodes)
         self.heals.append(heal)
         remember_healed(self.shadow.user_graph, heal.nodes)
+        self._since_heal = [0, 0]
         for each in self._guards.values():
             each.restart(after_heal=True)
         self._write_heal_file()
@@ -878,7 +887,34 @@ class StepWatch:
         """Forgets this session's heals for later sessions of the process (heal_memory.py),
         now that its steps fail with them too; what a line saying so adds of the heal file."""
         forget_healed(self.shadow.user_graph, [n for heal in self.heals for n in heal.nodes])
+        self._heals_forgotten = True
         return " (the heal file %s still lists them)" % self.heal_file if self.heal_file else ""
+
+    @property
+    def forgotten(self) -> List[str]:
+        """The nodes of this session's heals taken back for later sessions (none if kept)."""
+        return [n for heal in self.heals for n in heal.nodes] if self._heals_forgotten else []
+
+    def session_closed(self) -> None:
+        """At the session's close: heals whose session ends failing again (its last step
+        skipped on an inf/nan loss, and not the first since the last heal) are taken back
+        for later sessions, said once.  A sweep's trial whose learning rate diverges in
+        float32 too heals node after node until none is half, and may close before the
+        verdict that says so; the next trials would otherwise start with its heals float32
+        for nothing.  Steps skipped on a finite loss after a heal are the restarted scale
+        falling again, and keep them."""
+        applied, skipped = self._since_heal
+        if not self.heals or self._heals_forgotten or not self._last_failed or skipped < _FAILING_AGAIN:
+            return
+        nodes = [n for heal in self.heals for n in heal.nodes]
+        hint = self._forget_heals()
+        _logger.warning(
+            "tfamp_rewrite: this session closed with its loss inf/nan again after its last heal "
+            "(%d step(s) skipped on it, %d applied since), with %d node(s) still %s: its %d "
+            "heal(s) did not make its steps finite, so most likely they fail in float32 too (a "
+            "learning rate that diverges), and later sessions of this process start without them (%s)%s" % (
+                skipped, applied, self.shadow.reports[-1].nodes_converted, self.shadow.dtype, len(self.heals),
+                _some(nodes, 4), hint))
 
     def _write_heal_file(self) -> None:
         """Writes the kept nodes and the heals to ``heal_file`` (doctor/heal_files.py)."""
