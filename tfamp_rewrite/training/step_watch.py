@@ -129,6 +129,9 @@ _said_probing = False  # building the probes is said once per process
 _said_probing_pause = False  # a long first probed step: said once per process
 PAUSE_SAID_AFTER = 5.0  # seconds: a first probed step slower than this is said
 _FAILING_AGAIN = 2  # steps skipped on an inf/nan loss since the last heal, the last one too
+# Applied steps per skipped one, at least, of a fall said to come from some batches only (a
+# skip every other step is a scale too high for most batches, falling)
+SPARSE_SKIPS_APART = 3
 _said_heal_file_hint = False  # how other processes start healed: said once per process
 
 
@@ -712,18 +715,29 @@ class StepWatch:
         self._said_settled = True
         self._settled_steps.add(id(signal))
         between = episode.applied - episode.applied_in_a_row
-        if between >= episode.skipped:  # skips now and then, among applied steps
+        if between >= SPARSE_SKIPS_APART * episode.skipped:  # skips now and then, among applied steps
             _logger.warning(
                 "tfamp_rewrite: training steps%s were skipped now and then, and each skip halved the "
                 "loss scale: %s, then steps applied at %g. Skips this sparse come from some "
                 "batches only (a rare large input, a %s value past its range in some batches), "
                 "not from gradients too large for the initial scale: starting lower would cost "
                 "every other batch precision, and the scale grows back after %s finite steps in "
-                "a row. The diagnosed steps showed no tensor out of %s range; "
+                "a row. The diagnosed steps named no tensor past %s range at every scale; "
                 "TFAMP_REWRITE_MONITOR=1 records which tensors overflow in each step, skipped "
                 "ones included (said once)" % (
                     which, episode.trajectory(), scale, self.shadow.dtype,
                     _increment_period(signal), self.shadow.dtype))
+            return
+        floor = getattr(signal.loss_scale, "min_loss_scale", None)
+        if floor is not None and scale <= float(floor):
+            _logger.warning(
+                "tfamp_rewrite: training steps%s were skipped until the loss scale fell to its "
+                "floor: %s, then steps applied at %g. The gradients are about as large as %s "
+                "holds unscaled, so the scale gives small ones no headroom, and a lower initial "
+                "scale would only save the first skips: a step whose gradients pass %s's range "
+                "even at the floor skips, is diagnosed, and the tensor past it is kept float32 "
+                "(said once)" % (which, episode.trajectory(), scale, self.shadow.dtype,
+                                 self.shadow.dtype))
             return
         _logger.warning(
             "tfamp_rewrite: training steps%s were skipped until the loss scale fell far enough: %s, "
