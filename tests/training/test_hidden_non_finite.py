@@ -336,6 +336,35 @@ def test_a_decomposition_failing_on_a_matrix_half_nodes_computed_names_them(capl
     assert "keep it float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE='^covariance$'" in line
 
 
+def test_a_gather_given_indices_half_nodes_computed_out_of_bounds_names_them(caplog):
+    """A bilinear sampler on a 2048-pixel row: positions from a MatMul, clipped to W - 1.001,
+    floored.  In float16 the clip's bound is 2047, so floor + 1 is 2048, and the gather
+    fails the run with TensorFlow's error alone.  The line names the half nodes the
+    indices come from; keeping them float32 gives float32's values."""
+    width = 2048
+    graph = tf.Graph()
+    with graph.as_default():
+        row = tf.constant(np.arange(width, dtype=np.float32))
+        points = tf1.placeholder(tf.float32, [3, 3], name="points")  # homogeneous [x, y, 1]
+        x = tf.matmul(points, tf.constant([[1.0], [0.0], [0.5]]), name="positions")[:, 0]
+        x = tf.clip_by_value(x, 0.0, width - 1.001)
+        left = tf.floor(x, name="left")
+        weight = x - left
+        index = tf.cast(left, tf.int32)
+        tf.add((1 - weight) * tf.gather(row, index), weight * tf.gather(row, index + 1), name="sampled")
+    feed = {"points:0": [[10.0, 0.0, 1.0], [1000.0, 0.0, 1.0], [2046.9, 0.0, 1.0]]}
+    with tf1.Session(graph=graph) as plain:
+        expected = plain.run("sampled:0", feed)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="is not in"):
+            session.run("sampled:0", feed)
+    (line,) = [line for line in ours(caplog) if "whose indices float16 nodes computed" in line]
+    assert "('left', 'positions')" in line
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1)
+    with Session(graph=graph, nodes_to_exclude=setting.split(",")) as kept:
+        np.testing.assert_allclose(kept.run("sampled:0", feed), expected, rtol=1e-6)
+
+
 @pytest.mark.parametrize("check", ["assert_less", "check_numerics"])
 def test_a_check_failing_every_run_inside_a_while_loop_is_healed(caplog, check):
     """A check in a while loop's body on a MatMul past float16: every run failed before the

@@ -55,6 +55,14 @@ UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (mo
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
+# Ops reading integer indices, and which input: their kernels reject one out of bounds on
+# the CPU ("indices[2] = 2048 is not in [0, 2048)"); a GPU's gather returns zeros instead.
+INDICES_INPUT = {"Gather": 1, "GatherV2": 1, "GatherNd": 1, "ResourceGather": 1,
+                 "ResourceGatherNd": 1, "ScatterNd": 0, "TensorScatterUpdate": 1,
+                 "TensorScatterAdd": 1, "UnsortedSegmentSum": 1, "UnsortedSegmentMax": 1,
+                 "UnsortedSegmentMin": 1, "OneHot": 0}
+_MOST_INDEX_NODES = 32  # of the half region the indices of a failed gather come from
+_OUT_OF_BOUNDS = re.compile(r"is not in \[|does not index into|out of range|out of bounds")
 _ACCUMULATOR_PUSHES = {"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
                        "SparseAccumulatorApplyGradient"}
 
@@ -220,6 +228,10 @@ class InferenceWatch:
         if names and graph.get_operation_by_name(names[-1]).type in PYTHON_OPS:
             self._say_python_failed(graph.get_operation_by_name(names[-1]))
             return None
+        if (names and graph.get_operation_by_name(names[-1]).type in INDICES_INPUT
+                and _OUT_OF_BOUNDS.search(message)):
+            self._say_indexing_failed(graph.get_operation_by_name(names[-1]))
+            return None
         if not checked:
             return None
         if names:
@@ -282,6 +294,38 @@ class InferenceWatch:
             failed, self._nearest_half_producers(failed),
             "whose Python code was given values that %s nodes computed" % self.shadow.dtype,
             "a value past %s's range reaches it as inf" % self.shadow.dtype)
+
+    def _say_indexing_failed(self, failed) -> None:
+        """Says, once, a gather or scatter (private op ``failed``) given indices out of bounds
+        that half nodes computed (a bilinear sampler's pixel coordinates), naming the
+        nearest of them: float16 rounds a clip's bound of W - 1.001 up to W - 1, positions
+        past 2048 to its spacing, and a value past its range is inf (INT_MIN once cast)."""
+        indices = failed.inputs[INDICES_INPUT[failed.type]].op
+        user_graph = self.shadow.user_graph
+
+        def passes(op):
+            return op.type in PASS_THROUGH or not has_operation(user_graph, self.shadow.user_name(op.name))
+
+        # the nearest half nodes up from the indices (past integer arithmetic and casts), and
+        # the half region they extend up: keeping the Floor alone float32 still floors the
+        # clip's rounded bound, and the MatMul before it rounds the positions
+        def half(op):
+            return self.shadow.computes_in_half(op) and not passes(op)
+
+        region, stack = set(), ([indices] if half(indices) else
+                                nearest_half_producers(indices, self.shadow.computes_in_half, passes))
+        while stack and len(region) < _MOST_INDEX_NODES:
+            op = stack.pop()
+            if op not in region and (half(op) or passes(op)):
+                region.add(op)
+                stack.extend(t.op for t in op.inputs)
+        producers = [op for op in region if half(op)]
+        dtype = self.shadow.dtype
+        self._say_failed_on_half_values(
+            failed, sorted({self.shadow.user_name(op.name) for op in producers}),
+            "whose indices %s nodes computed" % dtype,
+            "%s rounds positions past 2048 to its spacing and a clip's bound (W - 1.001) to W - 1, "
+            "and a value past its range is inf, the lowest integer once cast" % dtype)
 
     def _say_failed_on_half_values(self, failed, half: List[str], given: str, why: str) -> None:
         """Says, once, that a run failed in private op ``failed``, ``given`` values the user
