@@ -929,3 +929,26 @@ def test_a_session_says_the_steps_a_programs_own_guard_skipped(cpu_target_and_fr
     said = [r.getMessage() for r in caplog.records]
     assert any("a training step was skipped" in line for line in said), said
     assert not any("yet its gradients were finite" in line for line in said), said
+
+
+@pytest.mark.parametrize("loss_of", ["weighted_term", "scaled_sum"])
+def test_a_weighted_term_of_a_loss_is_no_loss_scale_of_the_programs(monkeypatch, caplog, loss_of):
+    """Deep CORAL's ``cls + 10. * coral`` by tf.gradients: the sum's gradient passes the seed
+    to its terms, and the term weighted 10 was taken for the program's own loss scale, so
+    the unscaled-loss line was never said.  ``(cls + reg) * 1024.`` is the program's scale."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [4, 8], name="x")
+        w = tf1.get_variable("w", [8, 3])
+        logits = tf.matmul(x, w)
+        cls = tf.reduce_mean(tf.nn.softmax(logits))
+        reg = tf.reduce_mean(tf.square(logits))
+        loss = cls + 10.0 * reg if loss_of == "weighted_term" else (cls + reg) * 1024.0
+        opt = LossScaleOptimizer(tf1.train.MomentumOptimizer(0.01, 0.9), "dynamic")
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            opt.apply_gradients(zip(tf1.gradients(loss, [w]), [w]))
+    said = [r.getMessage() for r in caplog.records if "computed from an unscaled loss" in r.getMessage()]
+    assert len(said) == (1 if loss_of == "weighted_term" else 0), said

@@ -173,11 +173,13 @@ def from_a_loss_the_program_scales(tensors) -> bool:
 
 def _scaled_losses(graph) -> Dict[str, List]:
     """``{scope: losses}``: the ``tf.gradients`` calls of ``graph`` whose losses the program
-    scales itself (own_loss_scale.py), and those losses."""
+    scales itself (own_loss_scale.py), and those losses.  Every one the seed reaches must
+    be: the gradient of a sum passes the seed on to its terms, and ``cls + 10. * coral``
+    (a term's weight) scales one term, not the loss."""
     scaled = {}
     for scope in _call_scopes(graph):
-        losses = [loss for loss in _losses_of(graph, scope) if own_scale(loss)]
-        if losses:
+        losses = _losses_of(graph, scope)
+        if losses and all(own_scale(loss) for loss in losses):
             scaled[scope] = losses
     return scaled
 
