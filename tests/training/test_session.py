@@ -443,7 +443,7 @@ def test_a_session_closed_while_its_search_is_on_says_so_once(cpu_target, monkey
             with Session(graph=probe_graph()) as session:
                 assert np.isinf(session.run("relu:0", FEED)).all()  # said: the search starts
     (line,) = [r.getMessage() for r in caplog.records if "a session closed while looking" in r.getMessage()]
-    assert "none of its later runs computed that node" in line
+    assert "no later run computed that node and ran to its end" in line
     caplog.clear()
     monkeypatch.setattr("tfamp_rewrite.training.devices._logged", set())
     with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=probe_graph()) as session:
@@ -806,6 +806,31 @@ def test_histogram_summaries_leave_the_non_finite_values_of_skipped_steps_out(cp
     assert not [op for op in problem.graph.get_operations() if "tfamp" in op.name]
 
 
+def test_a_histogram_of_float32s_own_values_fails_the_run_as_in_float32(cpu_target, caplog):
+    """A diverging run's classic alarm, "Infinity in Histogram": the filter left every
+    histogram's inf out, weights' and float32 activations' too, and the run went on with an
+    inf loss.  Only values a half node or a backward pass computes are filtered; once a
+    heal keeps a layer float32, its histogram fails as float32's does, naming the user's
+    node, not the heal's private copy."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2, 4], name="x")
+        hidden = tf.matmul(x, tf.ones([4, 4]), name="hidden")
+        tf1.summary.histogram("hidden_values", hidden)
+        own = tf1.summary.histogram("own_values", tf.exp(x))  # no half node upstream
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Infinity in Histogram for: own_values"):
+            session.run(own, {x: np.full([2, 4], 100.0, np.float32)})
+        hidden_histogram = graph.get_tensor_by_name("hidden_values:0")
+        for _ in range(4):  # 4 * 2e4 past float16: said, found, healed
+            session.run([hidden, hidden_histogram], {x: np.full([2, 4], 2e4, np.float32)})
+        assert session.heals
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:  # past float32 too
+            session.run(hidden_histogram, {x: np.full([2, 4], 1e38, np.float32)})
+    assert "Infinity in Histogram for: hidden_values" in raised.value.message
+    assert "tfamp_heal_" not in raised.value.message
+
+
 def test_a_graph_trained_with_loss_scaling_is_freed_once_its_session_and_tensors_are_gone():
     """A sweep builds a graph per trial: each was kept alive by the step signals' registry
     (keyed by graph, weakly, but holding the graph's own tensors), growing memory per trial."""
@@ -938,9 +963,10 @@ def test_a_print_a_histogram_summary_reads_prints_once_per_run(cpu_target, capfd
     graph = tf.Graph()
     with graph.as_default():
         w = tf1.get_variable("w", initializer=tf.ones([4, 1]))
-        printed = tf1.Print(w * 2.0, [tf.norm(w)], message="printed norm: ", first_n=3)
+        # a MatMul's values: the filter reads them (a float32 histogram has none)
+        printed = tf1.Print(tf.matmul(tf.ones([2, 4]), w), [tf.norm(w)], message="printed norm: ", first_n=3)
         histogram = tf1.summary.histogram("h", printed)
-        step = tf1.assign_add(w, printed * 0.0)
+        step = tf1.assign_add(w, tf.reduce_sum(printed) * 0.0 * w)
         init = tf1.global_variables_initializer()
     with Session(graph=graph) as session:
         session.run(init)

@@ -30,6 +30,7 @@ ROUNDS_TO_INF = {"float16": 65520.0, "bfloat16": 2.0 ** 127 * (2.0 - 2.0 ** -7) 
 _VALUE_INPUT = {"Identity": 0, "Snapshot": 0, "Reshape": 0, "ExpandDims": 0, "Squeeze": 0,
                 "Tile": 0, "BroadcastTo": 0, "Transpose": 0, "Fill": 1}
 _MOST_SAID = 3
+_HELPER_SCOPE = "/tfamp_"  # nodes the session adds beside a user node: "<node>/tfamp_.../..."
 
 
 class ConstantsPastHalf:
@@ -61,7 +62,12 @@ class ConstantsPastHalf:
         self.readers.update(found)
 
     def say(self, found: Dict[str, str]) -> None:
-        """Says once that ``found`` (a rewrite's, over its rounds) are kept float32, and why."""
+        """Says once that ``found`` (a rewrite's, over its rounds) are kept float32, and why;
+        nodes the session added (a histogram filter's bound, float32's largest value) are
+        kept unsaid."""
+        found = {reader: constant for reader, constant in found.items() if _HELPER_SCOPE not in reader}
+        if not found:
+            return
         constants: Dict[str, List[str]] = {}
         for reader, constant in sorted(found.items()):
             constants.setdefault(constant, []).append(reader)

@@ -13,12 +13,17 @@ imports, each histogram summary reads its values with the non-finite ones left o
 (not ``IsFinite``: Grappler's arithmetic optimizer then ran a ``tf.Print`` the values come
 from twice per run -- the CIFAR-10 tutorial's printed gradient norms came out doubled).
 
+Only histograms of values a backward pass or a node that may compute in half (an allow-list
+op the session does not keep float32) lies upstream of: a histogram of float32's own
+values (a weight, an activation once its layers are healed) fails the run on inf/nan as
+in float32 -- TF1 programs rely on "Infinity in Histogram" to stop a diverging run.
+
 The user's graph is not changed; ``filter_non_finite`` works on the GraphDef taken from it,
 under names derived from each summary's, so the same nodes come out at every sync.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, Dict, List
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
@@ -26,18 +31,25 @@ from tensorflow.python.framework import tensor_util
 
 from ..graph_rewrite.graph_view import parse_input
 from .node_defs import flattened, node_def
+from .unscaled_training import GRADIENT_SCOPE
 
 _SUMMARY_OP = "HistogramSummary"
 _FLOATING = (types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE)
 _SCOPE = "/tfamp_finite_values/"
+_WALKING = object()
 
 
-def filter_non_finite(graph_def) -> List[str]:
-    """Rewires, in place, each histogram summary of ``graph_def`` to its values' finite
-    elements; returns the summaries' names."""
+def filter_non_finite(graph_def, may_be_half: Callable[[str], bool]) -> List[str]:
+    """Rewires, in place, each histogram summary of ``graph_def`` whose values may hold a
+    skipped step's or a half value's inf/nan to their finite elements (module docstring);
+    ``may_be_half(node)``: whether the rewrite may convert that node.  Returns the
+    summaries' names."""
     changed = []
+    upstream = _HalfOrBackpropUpstream(graph_def, may_be_half)
     for node in list(graph_def.node):
         if node.op != _SUMMARY_OP or node.attr["T"].type not in _FLOATING:
+            continue
+        if not upstream.of(parse_input(node.input[1])[0]):
             continue
         values = node.input[1]
         dtype = node.attr["T"].type
@@ -60,3 +72,32 @@ def filter_non_finite(graph_def) -> List[str]:
         node.input[1] = scope + "kept"
         changed.append(node.name)
     return changed
+
+
+class _HalfOrBackpropUpstream:
+    """Whether a node of a GraphDef is, or is computed from, a backward pass's node or one
+    ``may_be_half`` accepts; each node walked once."""
+
+    def __init__(self, graph_def, may_be_half: Callable[[str], bool]):
+        self._inputs = {node.name: [parse_input(name)[0] for name in node.input if not name.startswith("^")]
+                        for node in graph_def.node}
+        self._may_be_half = may_be_half
+        self._known: Dict[str, object] = {}
+
+    def of(self, name: str) -> bool:
+        stack = [(name, False)]
+        while stack:  # iterative, inputs first: a long chain must not recurse
+            current, expanded = stack.pop()
+            if expanded:
+                inputs = self._inputs.get(current, ())
+                self._known[current] = any(self._known.get(each) is True for each in inputs)
+                continue
+            if current in self._known:  # known, or on the stack (a TF1 loop's back edge)
+                continue
+            if GRADIENT_SCOPE.search(current) or self._may_be_half(current):
+                self._known[current] = True
+                continue
+            self._known[current] = _WALKING
+            stack.append((current, True))
+            stack.extend((each, False) for each in self._inputs.get(current, ()) if each not in self._known)
+        return self._known.get(name) is True

@@ -17,6 +17,7 @@ variable as the user graph does.  (Random ops are copies: their sequences restar
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, Set
 
 import tensorflow as tf
@@ -24,6 +25,10 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 
 from ..graph_rewrite.graph_view import parse_input
 from ..tf_compat import lookup_op_def
+
+GENERATION_SCOPE = "tfamp_heal_%d"  # the scope of each generation after the first
+# that scope where a kernel's message names an op of it ("Infinity in Histogram for: ...")
+GENERATION_SCOPE_IN_TEXT = re.compile(r"\btfamp_heal_\d+/")
 
 
 def state_sources(graph_def) -> Set[str]:

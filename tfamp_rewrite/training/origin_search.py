@@ -152,7 +152,8 @@ class OriginSearch:
                  % ("%d of its later runs failed before their values could be looked at"
                     % self._failed_runs if self._failed_runs else
                     "%d of its later runs looked and none showed it" % looked if looked
-                    else "none of its later runs computed that node"))
+                    else "no later run computed that node and ran to its end (it made none, or "
+                    "they failed first)"))
 
     def _computes_said_node(self, elements, fed=()) -> bool:
         """Whether a run of ``elements`` (private graph) computes the node whose inf/nan was

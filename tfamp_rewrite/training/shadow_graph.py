@@ -36,6 +36,7 @@ from ..fused_op.round_to_half import round_to_half_available
 from ..graph_rewrite.casts import CAST_SUFFIX, reconcile_dtypes
 from ..graph_rewrite.compat import AUTO, resolve_compat
 from ..graph_rewrite.graph_view import GraphView, parse_input
+from ..graph_rewrite.op_lists import effective_lists
 from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
@@ -45,7 +46,7 @@ from .check_deferral import defer_checks, hold_checked_steps, hold_checked_write
 from .constants_past_half import ConstantsPastHalf
 from .devices import NODES_TO_EXCLUDE_ENV, log_once
 from .finite_histograms import filter_non_finite
-from .generations import import_generation, state_sources
+from .generations import GENERATION_SCOPE, import_generation, state_sources
 from .gradient_accumulation import gradient_accumulators
 from .half_readers import half_readers
 from .half_writes import STORE_OPS, half_written_variables, say_half_writes
@@ -172,7 +173,7 @@ class ShadowGraph:
         if self._ops_library_usable("the loss scaling's unscale and finite check run as stock "
                                     "TensorFlow ops"):
             _fuse_unscaling(graph_def)
-        filtered = filter_non_finite(graph_def)
+        filtered = filter_non_finite(graph_def, self._may_be_half(graph_def))
         if filtered:
             one = len(filtered) == 1
             log_once("tfamp_rewrite: %d histogram summar%s (e.g. '%s') leave%s non-finite values "
@@ -181,6 +182,15 @@ class ShadowGraph:
                      % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""),
                      key="histogram summaries filtered")
         return graph_def
+
+    def _may_be_half(self, graph_def):
+        """Whether the rewrite of ``graph_def`` may convert a node (by name): an allow-list op
+        of the session's lists that it does not keep float32 (healed, reading a constant
+        past half's range, or excluded by name)."""
+        allow = effective_lists(self.dtype, self.compat).allow
+        kept = set(self._excluded(graph_def))
+        ops = {node.name: node.op for node in graph_def.node}
+        return lambda name: ops.get(name) in allow and name not in kept
 
     def _guard_state(self, to_import, result) -> None:
         """Makes ``to_import``'s writes to non-trainable state computed through the nodes
@@ -358,7 +368,7 @@ class ShadowGraph:
     def _import_generation(self, rewritten_def) -> None:
         """Imports ``rewritten_def`` whole, under a new scope, sharing state (generations.py)."""
         self._generation += 1
-        scope = "tfamp_heal_%d" % self._generation
+        scope = GENERATION_SCOPE % self._generation
         sources = state_sources(rewritten_def)
         import_generation(self.graph, rewritten_def, scope, sources | self._shared)
         self._shared |= sources

@@ -20,6 +20,8 @@ from typing import Callable, Optional
 import tensorflow as tf
 from tensorflow.python.framework import error_interpolation
 
+from .generations import GENERATION_SCOPE_IN_TEXT
+
 # "{{node name}}", the tag TensorFlow interpolates with the op's stack
 _NODE_TAG = re.compile(r"\{\{node ([^}\s]+)\}\}")
 
@@ -38,7 +40,10 @@ def in_user_terms(error, user_graph, user_name: Callable[[str], str]) -> Optiona
         name = user_name(match.group(1))
         return "{{node %s}}" % name if _user_op(user_graph, name) is not None else match.group(0)
 
-    message = _interpolate(_NODE_TAG.sub(renamed, raw.message), user_graph)
+    # a kernel naming its own op in the text (a histogram's "Infinity in Histogram for:")
+    # names the private one, under a heal's generation scope
+    text = GENERATION_SCOPE_IN_TEXT.sub("", _NODE_TAG.sub(renamed, raw.message))
+    message = _interpolate(text, user_graph)
     try:
         found = type(error)(user_op.node_def, user_op, message)
     except TypeError:  # an OpError subclass with another constructor: leave it
