@@ -168,6 +168,8 @@ def test_automatic_loss_scaling_is_said_once_when_an_optimizer_first_scales(monk
     (line,) = said()
     assert "'Momentum' (MomentumOptimizer)" in line and "from 32768" in line and "2000 finite" in line
     assert "fed otherwise are applied as given" in line  # an evolution strategy's estimate
+    # the summary it adds to merge_all, which a GAN's two optimizers each add one of
+    assert "'current_loss_scale', then 'current_loss_scale_1'" in line
 
 
 @pytest.mark.parametrize("later", ["GradientDescent", "Adam", "Adam, all initialized"])

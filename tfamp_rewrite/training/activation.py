@@ -284,7 +284,10 @@ def _say_loss_scaling_is_on(opt, scale) -> None:
              "compute_gradients) by a dynamic scale (from %g, doubled after %d finite steps in a "
              "row) and divide the gradients by it before applying them; gradients computed or fed "
              "otherwise are applied as given. A step whose gradients hold inf/nan is skipped (no "
-             "variable is updated) and the scale halved"
+             "variable is updated) and the scale halved. Each scale is a variable (loss_scale/"
+             "current_loss_scale, the next optimizer's loss_scale_1/...) and a scalar summary "
+             "that merge_all picks up ('current_loss_scale', then 'current_loss_scale_1', ... in "
+             "the order the optimizers are built)"
              % ("'%s' (%s)" % (opt.get_name(), type(opt).__name__),
                 scale.initial_loss_scale, scale.increment_period),
              key="automatic loss scaling is on")  # the line names the first optimizer only

@@ -176,10 +176,13 @@ class ShadowGraph:
         filtered = filter_non_finite(graph_def, self._may_be_half(graph_def))
         if filtered:
             one = len(filtered) == 1
-            log_once("tfamp_rewrite: %d histogram summar%s (e.g. '%s') leave%s non-finite values "
-                     "out: TensorFlow's HistogramSummary fails a run on inf or nan, which a skipped "
-                     "step's gradients and an overflowing float16 value are"
-                     % (len(filtered), "y" if one else "ies", filtered[0], "s" if one else ""),
+            log_once("tfamp_rewrite: %d histogram summar%s (e.g. '%s') of values a backward pass "
+                     "or a %s node computes leave%s non-finite values out: TensorFlow's "
+                     "HistogramSummary fails a run on inf or nan, which a skipped step's gradients "
+                     "and an overflowing %s value are. A skipped step's gradient histograms come "
+                     "out empty (count 0); histograms of float32's own values fail as in float32"
+                     % (len(filtered), "y" if one else "ies", filtered[0], self.dtype,
+                        "s" if one else "", self.dtype),
                      key="histogram summaries filtered")
         return graph_def
 
