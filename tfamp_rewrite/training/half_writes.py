@@ -67,18 +67,18 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
             continue
         if node.attr[_DTYPE_ATTR[node.op]].type != _DT_FLOAT:
             continue  # only a float32 variable loses bits this way
-        keep, computing = _rounding_upstream(parse_input(node.input[index])[0], node_by_name, converted)
+        keep, computing = rounding_upstream(parse_input(node.input[index])[0], node_by_name, converted)
         if computing:
             found.append(HalfWrite(node.name, parse_input(node.input[0])[0], computing[0].name,
                                    computing[0].op, tuple(keep)))
     return found
 
 
-def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
+def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, passing=PASS_THROUGH):
     """``(keep, computing)`` for the value node ``name`` computes: the converted nodes up from
-    it through those passing values on (``PASS_THROUGH``) and float32 scalings
-    (``_SCALING``), all of them, in walk order; and the NodeDefs of those among them that
-    compute new values (which round to half)."""
+    it through those passing values on (``passing``) and float32 scalings (``_SCALING``),
+    all of them, in walk order; and the NodeDefs of those among them that compute new
+    values (which round to half)."""
     keep, computing, stack, seen = [], [], [name], set()
     while stack:
         node = node_by_name(stack.pop(0))
@@ -91,7 +91,7 @@ def _rounding_upstream(name: str, node_by_name: Callable, converted: Callable):
             continue
         seen.add(node.name)
         keep.append(node.name)
-        if node.op in PASS_THROUGH:
+        if node.op in passing:
             stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
         else:
             computing.append(node)

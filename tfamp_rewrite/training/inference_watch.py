@@ -34,6 +34,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .absolute_precision import INDICES_INPUT
 from .assertion_deferral import values_upstream
 from .decompositions import DECOMPOSITIONS, nearest_half_producers
 from .devices import log_once, nodes_to_exclude_setting
@@ -55,12 +56,6 @@ UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (mo
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
-# Ops reading integer indices, and which input: their kernels reject one out of bounds on
-# the CPU ("indices[2] = 2048 is not in [0, 2048)"); a GPU's gather returns zeros instead.
-INDICES_INPUT = {"Gather": 1, "GatherV2": 1, "GatherNd": 1, "ResourceGather": 1,
-                 "ResourceGatherNd": 1, "ScatterNd": 0, "TensorScatterUpdate": 1,
-                 "TensorScatterAdd": 1, "UnsortedSegmentSum": 1, "UnsortedSegmentMax": 1,
-                 "UnsortedSegmentMin": 1, "OneHot": 0}
 _MOST_INDEX_NODES = 32  # of the half region the indices of a failed gather come from
 _OUT_OF_BOUNDS = re.compile(r"is not in \[|does not index into|out of range|out of bounds")
 _ACCUMULATOR_PUSHES = {"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",

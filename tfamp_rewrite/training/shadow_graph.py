@@ -41,6 +41,7 @@ from ..graph_rewrite.report import RewriteReport
 from ..graph_rewrite.rewrite import op_def_lookup, rewrite_graph_def
 from ..graph_rewrite.rounding import is_emulation_node, use_rounding_op
 from ..user_log import LOGGER_NAME, log_info
+from .absolute_precision import PERIODIC, half_absolute_reads, say_absolute_reads
 from .assertion_deferral import ASSERT_OP, defer_assertions, waits_for_the_loss_scaling
 from .check_deferral import defer_checks, hold_checked_steps, hold_checked_writes
 from .constants_past_half import ConstantsPastHalf
@@ -466,15 +467,30 @@ class ShadowGraph:
 
     def _say_half_writes(self, graph_def, added: List[str]) -> None:
         """Says, once, an assignment among the ``added`` nodes that stores a value a
-        converted node computes in a float32 variable (half_writes.py)."""
+        converted node computes in a float32 variable (half_writes.py), and an angle or an
+        index among them that a converted node computes (absolute_precision.py)."""
         added = set(added)
         stores = [node for node in graph_def.node if node.name in added and node.op in STORE_OPS]
-        if not stores:
+        readers = [node for node in graph_def.node if node.name in added
+                   and (node.op in PERIODIC or node.op == "Cast")]
+        if not stores and not readers:
             return
         by_name = {node.name: node for node in graph_def.node}
-        say_half_writes(half_written_variables(
-            stores, by_name.get, lambda name: name in self.decisions and self.decisions[name].converted),
-            self.dtype)
+
+        def converted(name):
+            return name in self.decisions and self.decisions[name].converted
+
+        if stores:
+            say_half_writes(half_written_variables(stores, by_name.get, converted), self.dtype)
+        if readers:
+            consumers: Dict[str, list] = {}
+            for node in graph_def.node:
+                for text in node.input:
+                    if not text.startswith("^"):
+                        consumers.setdefault(parse_input(text)[0], []).append(node)
+            say_absolute_reads(half_absolute_reads(readers, by_name.get, converted,
+                                                   lambda name: consumers.get(name, ())),
+                               self.dtype, lambda name: by_name[name].op)
 
     def _import_additions(self, user_def, rewritten_def) -> None:
         """Imports the nodes the user graph gained into the current generation: under its

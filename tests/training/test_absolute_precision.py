@@ -1,0 +1,71 @@
+"""Angles and indices a converted node computes are said once (absolute_precision.py).
+
+float16's spacing is 1 past 1024: the sin of a position encoding's angles from a MatMul, and
+a bilinear sampler's pixel positions from a homogeneous MatMul, lose what float32 keeps,
+finite and unsaid.  The line names the nodes to keep float32; with them kept, the values
+are float32's.
+"""
+import logging
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfamp_rewrite.training import devices
+from tfamp_rewrite.training.session import Session
+
+tf1 = tf.compat.v1
+
+
+@pytest.fixture(autouse=True)
+def emulated_cpu_sessions(monkeypatch):
+    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
+    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
+    monkeypatch.setattr(devices, "_logged", set())
+
+
+def encoding_graph():
+    """Time2Vec's ``sin(t @ freqs)`` for t up to 10000, beside a sin of float32's own."""
+    graph = tf.Graph()
+    with graph.as_default():
+        t = tf1.placeholder(tf.float32, [None, 1], name="t")
+        freqs = tf.constant((1.0 / 10000 ** (np.arange(0, 16, 2.0) / 16))[None, :].astype(np.float32))
+        tf.sin(tf.matmul(t, freqs, name="angles"), name="encoding")
+        tf.sin(t * 2.0, name="own")
+    return graph, {"t:0": np.arange(9000, 9064, dtype=np.float32)[:, None]}
+
+
+def sampler_graph():
+    """A bilinear sampler whose pixel positions come from ``[x, y, 1] @ A``."""
+    graph = tf.Graph()
+    with graph.as_default():
+        row = tf.constant(np.linspace(0.0, 1.0, 2048, dtype=np.float32) ** 2)
+        points = tf1.placeholder(tf.float32, [None, 3], name="points")
+        x = tf.matmul(points, tf.constant([[1.0], [0.0], [0.3]]), name="positions")[:, 0]
+        left = tf.floor(x)
+        index = tf.cast(left, tf.int32)
+        weight = x - left
+        tf.add((1 - weight) * tf.gather(row, index), weight * tf.gather(row, tf.minimum(index + 1, 2047)),
+               name="sampled")
+        tf.cast(x, tf.int32, name="counted")  # an integer of a half value that indexes nothing
+    return graph, {"points:0": np.array([[100, 0, 1], [700, 0, 1], [1500, 0, 1]], np.float32)}
+
+
+@pytest.mark.parametrize("model, fetch, said", [
+    (encoding_graph, "encoding:0", "'encoding' takes the sin of an angle float16 computes ('angles', MatMul"),
+    (sampler_graph, "sampled:0", "'Cast' makes integer indices of a position float16 computes ('positions'")])
+def test_an_angle_or_an_index_half_nodes_compute_is_said_with_the_nodes_to_keep(caplog, model, fetch, said):
+    graph, feed = model()
+    with tf1.Session(graph=graph) as plain:
+        expected = plain.run(fetch, feed)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        rounded = session.run(fetch, feed)
+    # the float32 sin and the cast indexing nothing are not said
+    (line,) = [r.getMessage() for r in caplog.records
+               if "takes the" in r.getMessage() or "makes integer" in r.getMessage()]
+    assert said in line
+    assert np.abs(rounded - expected).max() > 1e-4  # what float16 did
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1)
+    with Session(graph=graph, nodes_to_exclude=setting.split(",")) as kept:
+        np.testing.assert_allclose(kept.run(fetch, feed), expected, rtol=1e-5, atol=1e-6)
