@@ -2717,3 +2717,38 @@ def test_trials_saving_into_one_directory_each_restore_their_own_heals(tmp_path,
     assert restored("fitting") == (False, [])
     kept, said = restored("overflowing")
     assert kept and len(said) == 1
+
+
+def test_a_heal_of_an_input_past_half_stays_when_the_trial_diverges(caplog):
+    """A Cox model on a raw income (6.9e5) in a learning-rate sweep: the heal of the MatMul
+    reading it is the data's, and the first trial's later NaN (its lr diverges in float32
+    too) took it back, so the next trial overflowed and healed again."""
+    rng = np.random.RandomState(3)
+    count = 500
+    features = np.stack([rng.uniform(25, 90, count), rng.lognormal(10.9, 0.7, count)], 1).astype(np.float32)
+    events = np.ones(count, np.float32)
+
+    def trial(learning_rate):
+        graph = tf.Graph()
+        with graph.as_default():
+            beta = tf1.get_variable("beta", [2, 1], initializer=tf1.zeros_initializer())
+            x = tf1.placeholder(tf.float32, [count, 2], name="x")
+            risk = tf.squeeze(tf.matmul(x, beta), 1)
+            top = tf.reduce_max(risk)
+            log_risk_set = tf.reverse(tf.math.log(tf.cumsum(tf.exp(tf.reverse(risk, [0]) - top))), [0]) + top
+            loss = -tf.reduce_mean((risk - log_risk_set) * events)
+            optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(learning_rate), "dynamic")
+            train_op = optimizer.minimize(loss)
+            init = tf1.global_variables_initializer()
+        with tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            losses = [session.run([train_op, loss], {x: features})[1] for _ in range(40)]
+            return session, losses
+
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        diverged, diverged_losses = trial(0.01)
+        sane, losses = trial(1e-4)
+    assert diverged.heals and not np.isfinite(diverged_losses[-1])
+    assert sane.rewrite_reports[0].decision("MatMul").dtype == "float32" and not sane.heals
+    assert np.isfinite(losses).all()
+    assert not [r for r in caplog.records if "closed with its loss inf/nan again" in r.getMessage()]

@@ -129,6 +129,9 @@ _said_probing = False  # building the probes is said once per process
 _said_probing_pause = False  # a long first probed step: said once per process
 PAUSE_SAID_AFTER = 5.0  # seconds: a first probed step slower than this is said
 _FAILING_AGAIN = 2  # steps skipped on an inf/nan loss since the last heal, the last one too
+# a heal's culprit of these ops is an input past half's range: the data's, kept at any close
+_INPUT_OPS = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
+                        "QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2", "Const"})
 # Applied steps per skipped one, at least, of a fall said to come from some batches only (a
 # skip every other step is a scale too high for most batches, falling)
 SPARSE_SKIPS_APART = 3
@@ -213,6 +216,7 @@ class StepWatch:
         self._since_heal = [0, 0]     # steps applied, and skipped on an inf/nan loss, since the last heal
         self._last_failed = False     # whether the latest step skipped on an inf/nan loss
         self._heals_forgotten = False  # taken back for later sessions (their steps failed anyway)
+        self._forgotten: List[str] = []  # the nodes taken back
 
     # -- before a run ----------------------------------------------------------------------
     def extra_fetches(self, elements, fed):
@@ -897,17 +901,20 @@ class StepWatch:
         return (", or be one of the %d node(s) the program itself computes in half (e.g. %r; its "
                 "own casts), which are not probed and overflow in a float32 run too" % (len(own), own[0]))
 
-    def _forget_heals(self) -> str:
-        """Forgets this session's heals for later sessions of the process (heal_memory.py),
-        now that its steps fail with them too; what a line saying so adds of the heal file."""
-        forget_healed(self.shadow.user_graph, [n for heal in self.heals for n in heal.nodes])
+    def _forget_heals(self, nodes: Optional[List[str]] = None) -> str:
+        """Forgets this session's heals (``nodes`` of them) for later sessions of the process
+        (heal_memory.py), now that its steps fail with them too; what a line saying so adds
+        of the heal file."""
+        nodes = [n for heal in self.heals for n in heal.nodes] if nodes is None else nodes
+        forget_healed(self.shadow.user_graph, nodes)
         self._heals_forgotten = True
+        self._forgotten = list(nodes)
         return " (the heal file %s still lists them)" % self.heal_file if self.heal_file else ""
 
     @property
     def forgotten(self) -> List[str]:
         """The nodes of this session's heals taken back for later sessions (none if kept)."""
-        return [n for heal in self.heals for n in heal.nodes] if self._heals_forgotten else []
+        return list(self._forgotten)
 
     def session_closed(self) -> None:
         """At the session's close: heals whose session ends failing again (its last step
@@ -920,14 +927,19 @@ class StepWatch:
         applied, skipped = self._since_heal
         if not self.heals or self._heals_forgotten or not self._last_failed or skipped < _FAILING_AGAIN:
             return
-        nodes = [n for heal in self.heals for n in heal.nodes]
-        hint = self._forget_heals()
+        # a fed or read input past half's range (a raw income of 6.8e5) is the data's, whatever
+        # the learning rate: those heals stay
+        nodes = [n for heal in self.heals if heal.op not in _INPUT_OPS for n in heal.nodes]
+        if not nodes:
+            return
+        hint = self._forget_heals(nodes)
         _logger.warning(
             "tfamp_rewrite: this session closed with its loss inf/nan again after its last heal "
-            "(%d step(s) skipped on it, %d applied since), with %d node(s) still %s: its %d "
-            "heal(s) did not make its steps finite, so most likely they fail in float32 too (a "
-            "learning rate that diverges), and later sessions of this process start without them (%s)%s" % (
-                skipped, applied, self.shadow.reports[-1].nodes_converted, self.shadow.dtype, len(self.heals),
+            "(%d step(s) skipped on it, %d applied since), with %d node(s) still %s: its heal(s) "
+            "of computed values did not keep its steps finite, so most likely they fail in "
+            "float32 too (a learning rate that diverges), and later sessions of this process "
+            "start without them (%s)%s" % (
+                skipped, applied, self.shadow.reports[-1].nodes_converted, self.shadow.dtype,
                 _some(nodes, 4), hint))
 
     def _write_heal_file(self) -> None:
