@@ -81,3 +81,27 @@ def test_a_constant_read_through_an_identity_is_found_and_said_once_per_graph(ca
     assert line.startswith("tfamp_rewrite: 2 constant(s)")
     assert "'big' (largest |x| 1e+05), read by 'first', 'read', 'second'" in line
     assert "'filled/value' (largest |x| 1e+05), read by 'filled', 'third'" in line
+
+
+def test_a_constant_table_gathered_and_concatenated_keeps_the_way_to_its_readers_float32(caplog):
+    """A click model's raw feature table (9e4 at most) looked up by tf.gather and concatenated
+    with an embedding before a dense layer: the gather was kept float32 and said, and the
+    concatenation then read the gathered 9e4 in half -- two NaN losses before a heal."""
+    rng = np.random.RandomState(0)
+    table = np.stack([rng.lognormal(6, 1.5, 64), rng.lognormal(4, 0.8, 64)], 1).astype(np.float32)
+    table[0, 0] = 90988.0
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = tf1.placeholder(tf.int64, [None], name="ids")
+        embedding = tf1.get_variable("embedding", [64, 4])
+        features = tf.concat([tf.nn.embedding_lookup(embedding, ids), tf.gather(tf.constant(table), ids)], 1)
+        logits = tf1.layers.dense(features, 1, kernel_initializer=tf1.constant_initializer(1e-3))
+        init = tf1.global_variables_initializer()
+    feed = {ids: np.arange(64)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        values = session.run(logits, feed)
+        assert not session.heals
+    assert np.isfinite(values).all()
+    (line,) = [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+    assert "read by 'GatherV2', 'concat', 'dense/MatMul'" in line

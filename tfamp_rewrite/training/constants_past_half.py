@@ -25,11 +25,17 @@ from .devices import log_once
 # The smallest magnitude each half type rounds to inf: its largest finite value plus half
 # a unit in the last place (65504 + 16; bfloat16's 2**127 * (2 - 2**-7) + 2**119).
 ROUNDS_TO_INF = {"float16": 65520.0, "bfloat16": 2.0 ** 127 * (2.0 - 2.0 ** -7) + 2.0 ** 119}
-# Ops passing a constant's values on unchanged: the input that holds them.  A Fill of a
-# scalar -1e9 read in half is the scalar's inf; kept float32, its readers read it next.
-_VALUE_INPUT = {"Identity": 0, "Snapshot": 0, "Reshape": 0, "ExpandDims": 0, "Squeeze": 0,
-                "Tile": 0, "BroadcastTo": 0, "Transpose": 0, "Fill": 1}
+# Ops passing a constant's values on unchanged, and the inputs that hold them.  A Fill of a
+# scalar -1e9 read in half is the scalar's inf; a gather from a table of raw features (a
+# click model's incomes) passes the table's large entries on.  Kept float32, their readers
+# read them next.
+_VALUE_INPUTS = {"Identity": (0,), "Snapshot": (0,), "Reshape": (0,), "ExpandDims": (0,),
+                 "Squeeze": (0,), "Tile": (0,), "BroadcastTo": (0,), "Transpose": (0,), "Fill": (1,),
+                 "Gather": (0,), "GatherV2": (0,), "GatherNd": (0,), "Slice": (0,), "StridedSlice": (0,)}
+_ALL_BUT_LAST = frozenset({"ConcatV2"})  # the axis last
+_ALL = frozenset({"Pack"})
 _MOST_SAID = 3
+_MOST_WALKED = 64  # nodes up from a cast to the constants it passes on
 _HELPER_SCOPE = "/tfamp_"  # nodes the session adds beside a user node: "<node>/tfamp_.../..."
 
 
@@ -49,12 +55,13 @@ class ConstantsPastHalf:
         for cast in casts:
             if cast.to_dtype == "float32":
                 continue
-            constant = _constant_source(nodes, cast.source, cast.port)
-            if constant is None or self._largest_past_half(constant) is None:
+            past = [constant for constant in _constant_sources(nodes, cast.source, cast.port)
+                    if self._largest_past_half(constant) is not None]
+            if not past:
                 continue
             for reader in cast.consumers:
                 if reader not in self.readers and reader in nodes:
-                    found.setdefault(reader, constant.name)
+                    found.setdefault(reader, past[0].name)
         return found
 
     def keep(self, found: Dict[str, str]) -> None:
@@ -96,17 +103,27 @@ class ConstantsPastHalf:
         return self._largest[constant.name]
 
 
-def _constant_source(nodes, name: str, port: int):
-    """The float32 Const NodeDef whose values output ``port`` of ``name`` passes on
-    (``_VALUE_INPUT``), or None."""
-    for _ in range(100):
+def _constant_sources(nodes, name: str, port: int) -> List:
+    """The float32 Const NodeDefs whose values output ``port`` of ``name`` passes on
+    (``_VALUE_INPUTS``, a concatenation's or a stack's inputs), at most ``_MOST_WALKED``
+    nodes up."""
+    found, stack, seen = [], [(name, port)], set()
+    while stack and len(seen) < _MOST_WALKED:
+        name, port = stack.pop()
         node = nodes.get(name)
-        if node is None or port != 0:
-            return None
+        if node is None or port != 0 or name in seen:
+            continue
+        seen.add(name)
         if node.op == "Const":
-            return node if node.attr["dtype"].type == types_pb2.DT_FLOAT else None
-        value_input = _VALUE_INPUT.get(node.op)
-        if value_input is None or len(node.input) <= value_input:
-            return None
-        name, port = parse_input(node.input[value_input])
-    return None
+            if node.attr["dtype"].type == types_pb2.DT_FLOAT:
+                found.append(node)
+            continue
+        inputs = [text for text in node.input if not text.startswith("^")]
+        if node.op in _ALL_BUT_LAST:
+            passed = inputs[:-1]
+        elif node.op in _ALL:
+            passed = inputs
+        else:
+            passed = [inputs[i] for i in _VALUE_INPUTS.get(node.op, ()) if i < len(inputs)]
+        stack.extend(parse_input(text) for text in passed)
+    return found
