@@ -148,6 +148,40 @@ def test_a_half_value_scaled_in_float32_before_it_is_stored_is_said(monkeypatch,
     assert error() < 1e-6
 
 
+def test_a_half_value_scaled_in_float32_inside_a_while_loop_is_said(monkeypatch, caplog):
+    """EM iterated in a tf.while_loop, its result stored: the loop's float32 Exit and Merge
+    ended the walk before the division and the half MatMul, and nothing was said."""
+    rng = np.random.RandomState(0)
+    data = rng.normal(3.0, 1.0, [500, 4]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        x = tf.constant(data)
+        mu = tf1.Variable(tf.zeros([3, 4]), name="mu")
+
+        def m_step(i, means):
+            resp = tf.nn.softmax(-tf.reduce_sum(tf.square(x[None] - means[:, None]), -1), axis=0)
+            return i + 1, tf.matmul(resp, x, name="weighted") / tf.reduce_sum(resp, 1, keepdims=True)
+
+        _, fitted = tf1.while_loop(lambda i, m: i < 3, m_step, [tf.constant(0), tf.constant(data[:3])])
+        store = tf1.assign(mu, fitted, name="store")
+        init = tf1.global_variables_initializer()
+    with tf1.Session(graph=graph) as plain:
+        plain.run(init)
+        expected = plain.run(store)
+
+    def error():
+        with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+                tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            return np.abs(session.run(store) / expected - 1).max()
+
+    assert error() > 1e-4
+    (line,) = [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+    assert "'store' stores in float32 variable 'mu' a value float16 computes ('while/weighted'" in line
+    monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, re.search(r"EXCLUDE='([^']*)'", line).group(1))
+    assert error() < 1e-5
+
+
 def test_an_average_float32_computes_is_not_said(caplog):
     error, said = aggregated("sum", caplog)
     assert error < 1e-6 and said == []

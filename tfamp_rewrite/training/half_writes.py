@@ -40,6 +40,8 @@ PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Trans
 # float32 ops that scale a value, keeping its relative error: EM's M-step stores
 # matmul(r, x) / n, the half MatMul's rounding scaled (the division itself rounds nothing)
 _SCALING = frozenset({"Mul", "RealDiv", "Div", "Neg"})
+_FRAME = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch", "RefSwitch",
+                    "NextIteration", "RefNextIteration", "Identity"})
 
 
 class HalfWrite(NamedTuple):
@@ -85,7 +87,9 @@ def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, pa
         if node is None or node.name in seen:
             continue
         if not converted(node.name):
-            if node.op in _SCALING:  # a float32 scaling keeps the half value's relative error
+            # a float32 scaling keeps the half value's relative error; a TF1 loop's frame
+            # passes the body's value out (an EM M-step iterated in a while loop)
+            if node.op in _SCALING or node.op in _FRAME:
                 seen.add(node.name)
                 stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
             continue
