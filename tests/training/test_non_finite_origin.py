@@ -316,3 +316,28 @@ def test_after_a_search_finds_float32_to_blame_later_float16_overflows_are_still
     assert any("does not start in the float16 nodes" in line for line in said)
     assert any("'seg_head/Conv3D' (Conv3D) is the first float16 node" in line for line in said)
     assert heals == [["seg_head/Conv3D"]] and np.isfinite(logits[-1])
+
+
+def test_a_session_closing_on_runs_whose_nan_a_variable_holds_says_so(tmp_path, caplog):
+    """A scoring graph restoring a precision matrix an earlier run stored NaN in: both runs
+    returned NaN, and the close said 'looked and none showed it', where both found it in
+    the variable's float32 value."""
+    with tf.Graph().as_default():
+        precision = tf1.get_variable("precision", initializer=np.array([[np.nan, 0], [0, 1]], np.float32))
+        with tf1.Session() as plain:
+            plain.run(precision.initializer)
+            prefix = tf1.train.Saver().save(plain, str(tmp_path / "model"))
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 2], name="x")
+        precision = tf1.get_variable("precision", [2, 2])
+        score = tf.reduce_sum(tf.matmul(x, precision) * x, axis=1)
+        saver = tf1.train.Saver()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        saver.restore(session, prefix)
+        for _ in range(2):
+            assert np.isnan(session.run(score, {x: np.ones([3, 2], np.float32)})).all()
+    (closed,) = [r.getMessage() for r in caplog.records if "a session closed while looking" in r.getMessage()]
+    read = "MatMul/ReadVariableOp:0" if tf1.resource_variables_enabled() else "precision/read:0"
+    assert "it was in a fed or float32 value already (%r)" % read in closed
+    assert "none showed it" not in closed

@@ -58,6 +58,7 @@ class OriginSearch:
         self._stored: Optional[Tuple[str, str]] = None  # (write, variable) the said value went to
         self.kept_for_good = False  # found in a variable that keeps it: nothing more to watch
         self._failed_runs = 0            # runs that failed an assertion before they could look
+        self._outside_runs: List[str] = []  # per run found starting in a fed or float32 value: its tensor
         self._from_state: Optional[Origin] = None  # a returned inf/nan computed from variables
         self._said_node: Optional[str] = None  # the user node whose inf/nan was said, if known
         # the search ended finding no origin in float16 (float32's own, or it did not recur):
@@ -76,6 +77,7 @@ class OriginSearch:
         name = getattr(said, "tensor", None) or getattr(said, "name", said)
         self._said_node = name.split(":")[0] if isinstance(name, str) and name else None
         self._runs_left = ORIGIN_RUNS
+        self._outside_runs = []
         self._stored = self._stored_by(said)
         self._from_state = None
 
@@ -144,6 +146,16 @@ class OriginSearch:
             return
         looked, self._runs_left = ORIGIN_RUNS - self._runs_left, 0  # close() may come twice
         if self._said_from_state():
+            return
+        if self._outside_runs and not self._failed_runs:
+            log_once("tfamp_rewrite: a session closed while looking for where the inf/nan said "
+                     "above starts: in %d of the %d later run(s) that looked, it was in a fed or "
+                     "float32 value already (%r) before any %s node read it, so mixed precision "
+                     "did not cause it there (a variable a checkpoint filled with it, a fed NaN) "
+                     "-- unless an earlier run computed what was fed or stored (a loop feeding "
+                     "back its output) (said once)" % (
+                         len(self._outside_runs), looked, self._outside_runs[0], self.shadow.dtype),
+                     key="a session closed while looking")
             return
         log_once("tfamp_rewrite: a session closed while looking for where the inf/nan said above "
                  "starts: %s, so nothing was found or ruled out. If float32 gives inf/nan there too "
@@ -258,6 +270,7 @@ class OriginSearch:
         run returned -- so the search goes on over the next runs, and says, when they end
         alike, that mixed precision did not cause it."""
         self._runs_left -= 1
+        self._outside_runs.append(origin.tensor)
         if self._runs_left > 0:
             return
         self.ended_without_origin = True
