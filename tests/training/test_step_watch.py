@@ -2752,3 +2752,27 @@ def test_a_heal_of_an_input_past_half_stays_when_the_trial_diverges(caplog):
     assert sane.rewrite_reports[0].decision("MatMul").dtype == "float32" and not sane.heals
     assert np.isfinite(losses).all()
     assert not [r for r in caplog.records if "closed with its loss inf/nan again" in r.getMessage()]
+
+
+def test_a_restored_heal_of_a_name_another_op_took_is_left_and_said(tmp_path, caplog, monkeypatch):
+    """The training graph healed its chamfer BatchMatMul 'MatMul'; the evaluation graph built
+    a rotation tf.matmul first, which took the name, and the restore kept that MatMul float32
+    instead -- the wrong node, with the right one still in half."""
+    from tfamp_rewrite.training import checkpoint_heals
+
+    monkeypatch.setattr(devices, "_logged", set())
+    prefix = str(tmp_path / "model")
+    checkpoint_heals.save_beside(prefix, {"MatMul"}, [], {"MatMul": "BatchMatMulV2"})
+    evaluation = tf.Graph()
+    with evaluation.as_default():
+        points = tf.ones([2, 4, 3])
+        rotated = tf.reshape(tf.matmul(tf.reshape(points, [-1, 3]), tf.eye(3)), [2, 4, 3])
+        tf.matmul(rotated, rotated, transpose_b=True)  # 'MatMul_1' here
+    training = tf.Graph()
+    with training.as_default():
+        tf.matmul(tf.ones([2, 4, 3]), tf.ones([2, 4, 3]), transpose_b=True)  # 'MatMul', as healed
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        assert checkpoint_heals.kept_beside(prefix, evaluation) == []
+        assert checkpoint_heals.kept_beside(prefix, training) == ["MatMul"]
+    (said,) = [r.getMessage() for r in caplog.records if "left as it is" in r.getMessage()]
+    assert "'MatMul' float32, a BatchMatMulV2 where it was healed; in this graph 'MatMul' is a MatMul" in said

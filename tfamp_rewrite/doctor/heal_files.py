@@ -18,7 +18,7 @@ import json
 import math
 import os
 import tempfile
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 HEALS_BESIDE_CHECKPOINTS = "tfamp_rewrite_heals.json"
 MOST_CHECKPOINTS = 64  # checkpoint entries a heal file keeps (a Saver keeps 5 by default)
@@ -79,12 +79,23 @@ def _text_of(path: str) -> str:
         return handle.read()
 
 
+def kept_ops_in(path: str) -> Dict[str, str]:
+    """``{node: op type}`` of the nodes the heal file at ``path`` keeps float32, where it
+    records them (none for a file written before it did, or unreadable)."""
+    try:
+        ops = json.loads(_text_of(path)).get("kept_ops", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(name): str(op) for name, op in ops.items()} if isinstance(ops, dict) else {}
+
+
 def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict],
-                    checkpoint: Optional[str] = None) -> None:
+                    checkpoint: Optional[str] = None, ops: Optional[Dict[str, str]] = None) -> None:
     """Writes ``{"kept_float32": [...], "heals": [...]}`` to ``path``: a new file in its
     directory, renamed into place; with ``checkpoint`` (a checkpoint's name in that
     directory), the file's entry for it too, beside the others' (``MOST_CHECKPOINTS``
-    latest).  Raises OSError."""
+    latest); with ``ops``, the kept nodes' op types (``kept_ops``), beside those it has.
+    Raises OSError."""
     kept_float32 = sorted(kept_float32)
     # strict JSON: a culprit's largest |x| that was inf/nan is written as null
     heals = [dict(h, max_abs=h["max_abs"] if math.isfinite(h["max_abs"]) else None) for h in heals]
@@ -96,6 +107,9 @@ def write_heal_file(path: str, kept_float32: Iterable[str], heals: List[dict],
             entries = []  # unreadable: written anew
         entries = [entry for entry in entries if entry[0] != checkpoint] + [[checkpoint, kept_float32]]
         content["checkpoints"] = entries[-MOST_CHECKPOINTS:]
+    if ops is not None:
+        earlier = kept_ops_in(path) if checkpoint is not None and heal_file_exists(path) else {}
+        content["kept_ops"] = dict(earlier, **{name: ops[name] for name in kept_float32 if name in ops})
     text = json.dumps(content, indent=1, sort_keys=True) + "\n"
     if _has_scheme(path):
         _write_remote(path, text)

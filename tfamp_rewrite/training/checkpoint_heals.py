@@ -23,7 +23,14 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..doctor.heal_files import beside_checkpoint, heal_file_exists, heals_in, kept_in, write_heal_file
+from ..doctor.heal_files import (
+    beside_checkpoint,
+    heal_file_exists,
+    heals_in,
+    kept_in,
+    kept_ops_in,
+    write_heal_file,
+)
 from .devices import first_time, log_once
 from .heal_memory import HEAL_FILE_ENV, same_layer_elsewhere
 from .op_walks import ancestors
@@ -95,16 +102,16 @@ def say_loss_scale_left_out(elements, loss_scale_variables: List[str]) -> None:
                  "to resume where the scale settled (said once)" % sorted(loss_scale_variables)[0])
 
 
-def save_beside(prefix: str, kept_float32, heals: List[dict]) -> None:
+def save_beside(prefix: str, kept_float32, heals: List[dict], ops: Optional[Dict[str, str]] = None) -> None:
     """After a save of checkpoint ``prefix`` by a session keeping ``kept_float32`` (nodes)
-    float32 (``heals``: its own heals, as dicts): writes them beside it as that checkpoint's,
-    said once; a session keeping none writes that only where a heal file is there already
-    (another trial's, in a directory a sweep's trials share)."""
+    float32 (``heals``: its own heals, as dicts; ``ops``: their op types): writes them beside
+    it as that checkpoint's, said once; a session keeping none writes that only where a heal
+    file is there already (another trial's, in a directory a sweep's trials share)."""
     path = beside_checkpoint(prefix)
     if not kept_float32 and not heal_file_exists(path):
         return
     try:
-        write_heal_file(path, kept_float32, heals, checkpoint=os.path.basename(prefix))
+        write_heal_file(path, kept_float32, heals, checkpoint=os.path.basename(prefix), ops=ops)
     except OSError as error:
         log_once("tfamp_rewrite: cannot write %s beside the checkpoint (%s): a session restoring "
                  "it starts without the %d node(s) this one keeps float32; set %s=path in both "
@@ -162,10 +169,23 @@ def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
                  "the file, and the next save writes it again (said once)" % (path, error))
         return []
     scopes = [""] + sorted(_import_scopes(restore_ops))
-    present = []
+    ops = kept_ops_in(path)
+    present, other_ops = [], []
     for name in listed:
         held = [scope + name for scope in scopes if has_operation(graph, scope + name)]
+        # the same name for another op (an evaluation graph building a rotation MatMul first,
+        # so the healed BatchMatMul is 'MatMul_1' there): not the node that was healed
+        other = [each for each in held if ops.get(name, graph.get_operation_by_name(each).type)
+                 != graph.get_operation_by_name(each).type]
+        other_ops += [(name, each) for each in other]
+        held = [each for each in held if each not in other]
         present += held[:1] or same_layer_elsewhere(graph, name)
+    if other_ops and first_time("heals of other ops " + path):
+        listed_as, here = other_ops[0]
+        log_once("tfamp_rewrite: %s, beside the restored checkpoint, keeps %r float32, a %s where "
+                 "it was healed; in this graph %r is a %s, so it is left as it is (the graph was "
+                 "built in another order: its nodes took other names) (said once)" % (
+                     path, listed_as, ops[listed_as], here, graph.get_operation_by_name(here).type))
     # said once per file, by a session it changes (an Estimator's predict graph holds none)
     if present and first_time("heals restored from " + path):
         log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "

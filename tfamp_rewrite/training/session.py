@@ -325,8 +325,10 @@ class _RewritingSession:
         ``prefix``; a restore keeps float32 those listed beside it (checkpoint_heals.py)."""
         if kind == SAVE:
             # not the heals taken back (steps that failed in float32 too)
-            save_beside(prefix, self._shadow.kept_float32 - set(self._watch.forgotten if self._watch else ()),
-                        self._restored_heals + [asdict(h) for h in self.heals])
+            kept = self._shadow.kept_float32 - set(self._watch.forgotten if self._watch else ())
+            save_beside(prefix, kept, self._restored_heals + [asdict(h) for h in self.heals],
+                        {name: self._user_graph.get_operation_by_name(name).type
+                         for name in kept if has_operation(self._user_graph, name)})
             say_loss_scale_left_out(elements, [v.op.name for v in loss_scale_variables(
                 step_signals(self._user_graph))])
             return
