@@ -341,3 +341,28 @@ def test_a_session_closing_on_runs_whose_nan_a_variable_holds_says_so(tmp_path, 
     read = "MatMul/ReadVariableOp:0" if tf1.resource_variables_enabled() else "precision/read:0"
     assert "it was in a fed or float32 value already (%r)" % read in closed
     assert "none showed it" not in closed
+
+
+def test_a_search_a_steps_heal_covers_ends_unsaid(caplog):
+    """A forward-only print of a layer's range returned inf; the training steps then skipped
+    and their diagnosis healed that layer -- and the close said the search had found
+    nothing and that float32 might be to blame."""
+    from tfamp_rewrite import LossScaleOptimizer
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 64], name="x")
+        w = tf1.get_variable("w", initializer=tf.fill([64, 64], 40.0))
+        y = tf.matmul(x, w)  # 64 * 40 * 40: 1e5, past float16
+        largest = tf.reduce_max(tf.abs(y))
+        train_op = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-3), "dynamic").minimize(
+            tf.reduce_mean(tf.square(y * 1e-5)))
+        init = tf1.global_variables_initializer()
+    feed = {x: np.full((8, 64), 40.0, np.float32)}
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        assert not np.isfinite(session.run(largest, feed))
+        for _ in range(6):
+            session.run(train_op, feed)
+        assert session.heals and np.isfinite(session.run(largest, feed))
+    assert not [r for r in caplog.records if "a session closed while looking" in r.getMessage()]

@@ -2776,3 +2776,26 @@ def test_a_restored_heal_of_a_name_another_op_took_is_left_and_said(tmp_path, ca
         assert checkpoint_heals.kept_beside(prefix, training) == ["MatMul"]
     (said,) = [r.getMessage() for r in caplog.records if "left as it is" in r.getMessage()]
     assert "'MatMul' float32, a BatchMatMulV2 where it was healed; in this graph 'MatMul' is a MatMul" in said
+
+
+def test_an_evaluation_in_the_same_process_says_its_carried_heals_once(tmp_path, caplog, monkeypatch):
+    """An Estimator's evaluation, in the process that healed: the heals carried in the
+    process and the heal file beside the checkpoint keep the same nodes, and both said so."""
+    parts = overflow_net()
+    with parts["graph"].as_default():
+        saver = tf1.train.Saver()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        prefix = saver.save(session, str(tmp_path / "model"))
+    assert session.heals
+    monkeypatch.setattr(devices, "_logged", set())
+    again = overflow_net()
+    with again["graph"].as_default():
+        restorer = tf1.train.Saver()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+        with tfamp_rewrite.Session(graph=again["graph"]) as evaluation:
+            restorer.restore(evaluation, prefix)
+    said = [r.getMessage() for r in caplog.records
+            if "sessions made after a heal" in r.getMessage() or "restored a checkpoint" in r.getMessage()]
+    assert len(said) == 1 and "sessions made after a heal" in said[0]

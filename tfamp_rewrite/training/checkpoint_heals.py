@@ -152,12 +152,13 @@ def heals_beside(prefix: str) -> List[dict]:
     return heals_in(beside_checkpoint(prefix))
 
 
-def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
+def kept_beside(prefix: str, graph, restore_ops=(), already=frozenset()) -> List[str]:
     """Before a restore of checkpoint ``prefix`` into a session on ``graph``: the nodes the
     heals beside it keep float32 that ``graph`` holds (none without such a file), as named
     there, under the scope the restoring Saver was imported in (``restore_ops``:
     ``loader.load(import_scope="served")`` runs ``served/save/restore_all``), or as the same
-    layer under another top scope (``heal_memory.same_layer_elsewhere``)."""
+    layer under another top scope (``heal_memory.same_layer_elsewhere``); ``already``: the
+    nodes the session keeps float32 already (the line is said where the file adds some)."""
     path = beside_checkpoint(prefix)
     if not heal_file_exists(path):
         return []
@@ -186,8 +187,9 @@ def kept_beside(prefix: str, graph, restore_ops=()) -> List[str]:
                  "it was healed; in this graph %r is a %s, so it is left as it is (the graph was "
                  "built in another order: its nodes took other names) (said once)" % (
                      path, listed_as, ops[listed_as], here, graph.get_operation_by_name(here).type))
-    # said once per file, by a session it changes (an Estimator's predict graph holds none)
-    if present and first_time("heals restored from " + path):
+    # said once per file, by a session it changes (an Estimator's predict graph holds none,
+    # its evaluation keeps them already: carried in the process, said so)
+    if set(present) - set(already) and first_time("heals restored from " + path):
         log_once("tfamp_rewrite: restored a checkpoint whose training run kept %d node(s) float32 "
                  "(%s): this session keeps the %d of them its graph holds float32 too (said once)"
                  % (len(listed), path, len(present)))

@@ -119,6 +119,15 @@ class OriginSearch:
         self._again_after_heal = True
         self._healed = True
 
+    def healed_by_a_step(self, nodes) -> None:
+        """A skipped step's diagnosis healed ``nodes`` (user names): where they hold the node
+        whose inf/nan was said (a forward-only print of a layer's range, run before the
+        training steps overflowed the same layer), the search ends as healed, unsaid -- its
+        close must not say nothing was found -- and a run returning inf/nan again looks anew."""
+        if nodes and self.active() and self._said_node in nodes:
+            self._runs_left = 0
+            self.healed()
+
     def waits_after_heal(self) -> bool:
         """Whether a heal asks the next run's values to be looked at (``again_if_non_finite``);
         otherwise a run after something was said costs nothing more."""

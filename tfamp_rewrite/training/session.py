@@ -132,7 +132,7 @@ class _RewritingSession:
             log_once("tfamp_rewrite: sessions made after a heal keep the healed nodes their graph "
                      "holds float32 from their first run (an Estimator's evaluation and next "
                      "train() too, and the next trial of a sweep): this one keeps %d (%s) (said "
-                     "once)" % (len(healed), ", ".join(repr(n) for n in sorted(healed)[:4])
+                     "once per set of nodes)" % (len(healed), ", ".join(repr(n) for n in sorted(healed)[:4])
                                 + (", ..." if len(healed) > 4 else "")),
                      key="carried heals %s" % sorted(healed))
         self._shadow.kept_float32.update(kept + healed)
@@ -304,7 +304,10 @@ class _RewritingSession:
         values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
                                               elements, fed)
         if watched is not None:
+            heals_before = len(self._watch.heals)
             self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
+            self._inference.search.healed_by_a_step(
+                [n for heal in self._watch.heals[heals_before:] for n in heal.nodes])
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
                         hidden, extra_values.get("hidden"), extra_values.get("steps"), infers)
         if checkpoint is not None:
@@ -334,7 +337,7 @@ class _RewritingSession:
             return
         self._late_scales.after_restore(self._run_private)
         restores = [self._shadow.user_name(getattr(e, "name", "")) for e in elements]
-        carried = [n for n in kept_beside(prefix, self._user_graph, restores)
+        carried = [n for n in kept_beside(prefix, self._user_graph, restores, self._shadow.kept_float32)
                    if n not in self._shadow.kept_float32]
         if carried:
             self._shadow.heal(carried)
@@ -565,7 +568,10 @@ class _RewritingSession:
             if steps:
                 step_values = nest.pack_sequence_as(
                     steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
+                heals_before = len(self._watch.heals)
                 self._watch.after_run({"steps": step_values}, (), self._run_private)
+                self._inference.search.healed_by_a_step(
+                    [n for heal in self._watch.heals[heals_before:] for n in heal.nodes])
             after_steps = len(fetches) + len(step_tensors)
             check_values = results[after_steps:after_steps + len(check_tensors)]
             self._judge_run(checks, check_values if checks else None, steps_before,
