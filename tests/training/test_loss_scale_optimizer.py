@@ -952,3 +952,22 @@ def test_a_weighted_term_of_a_loss_is_no_loss_scale_of_the_programs(monkeypatch,
             opt.apply_gradients(zip(tf1.gradients(loss, [w]), [w]))
     said = [r.getMessage() for r in caplog.records if "computed from an unscaled loss" in r.getMessage()]
     assert len(said) == (1 if loss_of == "weighted_term" else 0), said
+
+
+def test_gradients_of_the_programs_own_seeds_are_told_the_loss_that_has_them(monkeypatch, caplog):
+    """LambdaRank: tf.gradients(scores, params, grad_ys=lambdas), then apply_gradients.
+    There is no loss to hand compute_gradients; the line names the one with those gradients."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf1.get_variable("w", [8, 1])
+        scores = tf.matmul(tf.ones([4, 8]), w)
+        lambdas = tf.constant([[0.5], [-0.5], [0.25], [-0.25]])
+        opt = LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"):
+            opt.apply_gradients(zip(tf1.gradients(scores, [w], grad_ys=lambdas), [w]))
+    (said,) = [r.getMessage() for r in caplog.records if "apply_gradients of" in r.getMessage()]
+    assert "seeds of the program's (grad_ys=...)" in said
+    assert "tf.reduce_sum(ys * tf.stop_gradient(grad_ys))" in said

@@ -61,7 +61,12 @@ from . import loss_scale as loss_scale_module
 from .devices import log_once
 from .op_walks import computed_only_from, reachable
 from .python_backprop import unscale_around_python
-from .unscaled_training import GRADIENT_SCOPE, from_a_loss_the_program_scales, unscaled_gradient_calls
+from .unscaled_training import (
+    GRADIENT_SCOPE,
+    from_a_loss_the_program_scales,
+    seeded_by_the_program,
+    unscaled_gradient_calls,
+)
 from .variable_check import VARIABLE_OPS
 
 _tf = tf.compat.v1
@@ -723,6 +728,14 @@ class LossScaleOptimizer(_tf.train.Optimizer):
                 "gradients(loss, ...) (or the wrapped optimizer's), or keep the nodes whose "
                 "gradients flush float32 with TFAMP_REWRITE_NODES_TO_EXCLUDE" % (named, own),
                 key="unscaled loss: own compute_gradients of %s" % named)
+            return
+        if seeded_by_the_program(tensors):  # a vector-Jacobian product: there is no loss
+            log_once(
+                "tfamp_rewrite: apply_gradients of %s got gradients tf.gradients computed from "
+                "seeds of the program's (grad_ys=...), which no loss scale multiplies, so small "
+                "float16 gradients flush to zero; only non-finite steps are skipped. The loss "
+                "with those gradients is tf.reduce_sum(ys * tf.stop_gradient(grad_ys)): give "
+                "it to opt.compute_gradients (or opt.minimize), which scales it" % named)
             return
         # once per optimizer: an architecture search's child and controller each apply their own
         log_once(

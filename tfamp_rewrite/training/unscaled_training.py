@@ -171,6 +171,13 @@ def from_a_loss_the_program_scales(tensors) -> bool:
     return bool(scopes) and any(op.name.startswith(scopes) for op in ancestors(tensors))
 
 
+def seeded_by_the_program(tensors) -> bool:
+    """Whether ``tensors`` are computed by a ``tf.gradients`` call given ``grad_ys``: its
+    seeds are the program's (an Identity of them), not ones (a Fill) -- LambdaRank's
+    ``tf.gradients(scores, params, grad_ys=lambdas)`` differentiates no loss."""
+    return any(_GRADIENT_SEED.search(op.name) and op.type == "Identity" for op in ancestors(tensors))
+
+
 def _scaled_losses(graph) -> Dict[str, List]:
     """``{scope: losses}``: the ``tf.gradients`` calls of ``graph`` whose losses the program
     scales itself (own_loss_scale.py), and those losses.  Every one the seed reaches must
