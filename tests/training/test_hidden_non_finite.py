@@ -70,6 +70,7 @@ def test_an_overflow_hidden_by_argmax_is_said_once_and_changes_nothing(caplog):
         assert accuracy == 0.0
     (line,) = hidden_lines(caplog)
     assert HIDDEN_LINE in line and "computed no loss-scaled step" in line
+    assert "they are finite and wrong" in line  # predictions [1, 1] where float32 says 2
     assert "returned inf/nan" not in caplog.text
 
 

@@ -195,8 +195,10 @@ class InferenceWatch:
                       "nothing skipped or healed it"
                       % (" in %r" % name if isinstance(name, str) and name else ""), found)
         elif entry is not None:
-            self._say("computed inf/nan in %s, so the values it returned do not show it, and "
-                      "computed no loss-scaled step the session watches, so nothing skipped or healed it"
+            self._say("computed inf/nan in %s, so the values it returned do not show it -- "
+                      "they are finite and wrong (an argmax, a top_k or a comparison over inf/nan "
+                      "picks arbitrary entries, a division by inf gives 0) -- and computed no "
+                      "loss-scaled step the session watches, so nothing skipped or healed it"
                       % (entry,), entry)
         return None
 

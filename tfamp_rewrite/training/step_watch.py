@@ -536,9 +536,11 @@ class StepWatch:
             initializers = [v.initializer for v in loss_scale_variables(signals)]
         if initializers:
             run_private([self.shadow.private_fetch(op) for op in initializers])
+        # from the top again: gradients too large for it skip a few steps more while it falls
+        falls = " (steps whose gradients are too large for it skip again while it falls)"
         if len(signals) > 1:
-            return "; every loss scale of the graph restarts from its initial value"
-        return "; the loss scale restarts from its initial value"
+            return "; every loss scale of the graph restarts from its initial value" + falls
+        return "; the loss scale restarts from its initial value" + falls
 
     def _named(self, finding: Finding, guard: SkipGuard, signals, run_private, which: str = "") -> None:
         trajectory = guard.episode.trajectory()
