@@ -2799,3 +2799,32 @@ def test_an_evaluation_in_the_same_process_says_its_carried_heals_once(tmp_path,
     said = [r.getMessage() for r in caplog.records
             if "sessions made after a heal" in r.getMessage() or "restored a checkpoint" in r.getMessage()]
     assert len(said) == 1 and "sessions made after a heal" in said[0]
+
+
+def test_a_float32_input_whose_large_column_no_half_node_reads_is_no_culprit(caplog):
+    """Raw covariates [age, income, blood pressure]: the income column (2.5e5) goes to a
+    float32 log, the others are sliced into a dense layer.  The slices read the input in
+    half, so the whole input was judged: 'does not fit float16 whatever the loss scale',
+    five nodes healed for nothing, and the scale restarted to fall again."""
+    rng = np.random.RandomState(0)
+    count = 256
+    inputs = np.stack([rng.uniform(20, 90, count), rng.lognormal(10.8, 0.6, count),
+                       rng.normal(130, 15, count)], 1).astype(np.float32)
+    inputs[0, 1] = 2.5e5
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 3], name="x")
+        features = tf.concat([x[:, :1], tf.math.log(x[:, 1:2]), x[:, 2:]], 1)
+        glorot = tf1.glorot_uniform_initializer
+        hidden = tf1.layers.dense(features, 16, tf.nn.relu, kernel_initializer=glorot(seed=1))
+        risk = tf1.layers.dense(hidden, 1, kernel_initializer=glorot(seed=2))
+        loss = tf.reduce_mean(tf.square(risk))  # its gradients are too large for the top scales
+        train_op = tfamp_rewrite.LossScaleOptimizer(tf1.train.AdamOptimizer(1e-3), "dynamic").minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(30):
+            session.run(train_op, {x: inputs})
+        assert not session.heals
+    assert not culprit_messages(caplog)

@@ -267,6 +267,8 @@ class StepDiagnosis:
             probe = Probe(tensor=probe.tensor, node=probe.node, op=probe.op, category=None,
                           role=probe.role, half_nodes=frontier)
         elif probe.tensor in self._held:  # float32 read in half, beyond the half range
+            if probe.half_nodes and all(n.op in _SLICES for n in probe.half_nodes):
+                return None  # read in parts: each slice's own output is probed, and judged
             out_of_range = beyond > 0
         else:  # a float32 boundary that stayed finite: fine in float32, whatever its size
             return None
@@ -383,6 +385,11 @@ class StepDiagnosis:
                        max_abs=largest if np.isfinite(largest) else float("inf"),
                        half_nodes=[n.name for n in probe.half_nodes], held_by=held_by,
                        fix=fix_for(probe.half_nodes), presumed=presumed)
+
+
+# Half readers taking parts of a float32 tensor: a raw income column read by a float32 log,
+# the other columns sliced into a dense layer, is no culprit of the slices'
+_SLICES = frozenset({"StridedSlice", "Slice", "Split", "SplitV", "Unpack", "Gather", "GatherV2", "GatherNd"})
 
 
 def _names(half_nodes) -> str:
