@@ -670,3 +670,26 @@ def test_a_gradient_histogram_written_in_a_run_of_its_own_is_said_at_the_loss_sc
         session.run(summaries)
     assert [line for line in ours(caplog) if "multiplied by the loss scale" in line]
     assert not [line for line in ours(caplog) if "do not show it" in line or "look for" in line]
+
+
+def test_a_run_of_the_half_nodes_a_stored_overflow_came_from_finds_and_heals_them(caplog):
+    """A covariance of raw sensor values stored (scaled) with tf.assign; the program then
+    fetches the covariance: the search looked only at runs of the assignment or of the
+    variable, so the MatMul kept overflowing, every fetch inf, with nothing healed."""
+    rng = np.random.RandomState(0)
+    data = (rng.normal(size=(4000, 3)) * [200.0, 150.0, 5.0] + [3000.0, 2400.0, 350.0]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, 3], name="x")
+        precision = tf1.get_variable("precision", [3, 3], trainable=False)
+        centered = x - tf.reduce_mean(x, 0)
+        covariance = tf.matmul(centered, centered, transpose_a=True, name="covariance") / 3999.0
+        fit = tf1.assign(precision, covariance * 1e-3)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        session.run(init)
+        session.run(fit.op, {x: data})
+        fetched = [session.run(covariance, {x: data}) for _ in range(3)]
+        assert [h.nodes[:1] for h in session.heals] == [["covariance"]]
+    assert np.isfinite(fetched[-1]).all()
+    assert not [r for r in caplog.records if "a session closed while looking" in r.getMessage()]

@@ -48,6 +48,7 @@ from .origin_search import OriginSearch
 from .python_backprop import PYTHON_OPS
 from .run_plans import ORIGIN, RunPlans, run_key
 from .shadow_graph import has_operation
+from .state_guard import WRITE_OPS
 from .step_watch import AUTO_FIX_ENV
 
 CHECK_EVERY_RUN = 64  # inference runs checked for hidden inf/nan, then
@@ -195,11 +196,12 @@ class InferenceWatch:
                       "nothing skipped or healed it"
                       % (" in %r" % name if isinstance(name, str) and name else ""), found)
         elif entry is not None:
-            self._say("computed inf/nan in %s, so the values it returned do not show it -- "
-                      "they are finite and wrong (an argmax, a top_k or a comparison over inf/nan "
-                      "picks arbitrary entries, a division by inf gives 0) -- and computed no "
-                      "loss-scaled step the session watches, so nothing skipped or healed it"
-                      % (entry,), entry)
+            wrong = ("" if getattr(entry, "reader_op", None) in WRITE_OPS else
+                     " -- they are finite and wrong (an argmax, a top_k or a comparison over "
+                     "inf/nan picks arbitrary entries, a division by inf gives 0) --")
+            self._say("computed inf/nan in %s, so the values it returned do not show it%s and "
+                      "computed no loss-scaled step the session watches, so nothing skipped or "
+                      "healed it" % (entry, wrong or ","), entry)
         return None
 
     def after_failure(self, error, elements, fed=()) -> Optional[Tuple[Origin, List[str]]]:

@@ -65,6 +65,8 @@ class OriginSearch:
         # the session watches its runs again (InferenceWatch.after_run)
         self.ended_without_origin = False
         self._computes_said: Dict[tuple, bool] = {}  # (generation, node, run) -> computes it
+        self._said_half_upstream = None  # ((generation, node), the half ops computing it)
+        self._restarted_unsaid = False   # the search runs again after a heal, unsaid
 
     @property
     def said_node(self) -> Optional[str]:
@@ -78,6 +80,7 @@ class OriginSearch:
         self._said_node = name.split(":")[0] if isinstance(name, str) and name else None
         self._runs_left = ORIGIN_RUNS
         self._outside_runs = []
+        self._restarted_unsaid = False
         self._stored = self._stored_by(said)
         self._from_state = None
 
@@ -139,6 +142,7 @@ class OriginSearch:
         if found is not None and self._again_after_heal:
             self._again_after_heal = False
             self.start(found)
+            self._restarted_unsaid = True
 
     def failed_again(self, healing: bool) -> None:
         """A run computing the said node failed before it could be looked at (an assertion
@@ -154,8 +158,8 @@ class OriginSearch:
         if not self.active():
             return
         looked, self._runs_left = ORIGIN_RUNS - self._runs_left, 0  # close() may come twice
-        if self._said_from_state():
-            return
+        if self._said_from_state() or (self._restarted_unsaid and not looked):
+            return  # a search restarted unsaid after a heal, that no run came to: nothing to say
         if self._outside_runs and not self._failed_runs:
             log_once("tfamp_rewrite: a session closed while looking for where the inf/nan said "
                      "above starts: in %d of the %d later run(s) that looked, it was in a fed or "
@@ -190,9 +194,26 @@ class OriginSearch:
         if known is None:  # or reads the variable the said value was stored in
             private = {self.shadow.private_name(name) for name in
                        [self._said_node] + ([self._stored[1]] if self._stored else [])}
-            known = self._computes_said[key] = any(
-                op.name in private for op in ancestors(elements, {t.name for t in fed}))
+            computed = ancestors(elements, {t.name for t in fed})
+            known = any(op.name in private for op in computed)
+            if not known and self._stored is not None:
+                # a run of the half nodes the stored value came from (a covariance fetched
+                # again after its inverse went into a variable): where it starts, seen again
+                known = bool(computed & self._half_upstream_of_said())
+            self._computes_said[key] = known
         return known
+
+    def _half_upstream_of_said(self) -> set:
+        """The private graph's half ops the said node is computed from (the current
+        generation's; kept until the next search)."""
+        key = (self.shadow.private_name(""), self._said_node)
+        if self._said_half_upstream is None or self._said_half_upstream[0] != key:
+            graph = self.shadow.graph
+            name = self.shadow.private_name(self._said_node)
+            said = [graph.get_operation_by_name(name)] if has_operation(graph, name) else []
+            half = {op for op in ancestors(said) if self.shadow.computes_in_half(op)}
+            self._said_half_upstream = (key, half)
+        return self._said_half_upstream[1]
 
     def after_run(self, plan, statuses, returned_non_finite: bool
                   ) -> Optional[Tuple[Origin, List[str]]]:
