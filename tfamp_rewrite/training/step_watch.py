@@ -919,9 +919,9 @@ class StepWatch:
         return list(self._forgotten)
 
     def session_closed(self) -> None:
-        """At the session's close: heals whose session ends failing again (its last step
-        skipped on an inf/nan loss, and not the first since the last heal) are taken back
-        for later sessions, said once.  A sweep's trial whose learning rate diverges in
+        """At the session's close: heals whose session ends failing again with no half node
+        left (its last step skipped on an inf/nan loss, not the first since the last heal)
+        are taken back for later sessions, said once.  A sweep's trial whose learning rate diverges in
         float32 too heals node after node until none is half, and may close before the
         verdict that says so; the next trials would otherwise start with its heals float32
         for nothing.  Steps skipped on a finite loss after a heal are the restarted scale
@@ -929,6 +929,8 @@ class StepWatch:
         applied, skipped = self._since_heal
         if not self.heals or self._heals_forgotten or not self._last_failed or skipped < _FAILING_AGAIN:
             return
+        if self.shadow.reports[-1].nodes_converted:
+            return  # half nodes are left: the failure may still be theirs (t-SNE's cancellation)
         # a fed or read input past half's range (a raw income of 6.8e5) is the data's, whatever
         # the learning rate: those heals stay
         nodes = [n for heal in self.heals if heal.op not in _INPUT_OPS for n in heal.nodes]
@@ -937,12 +939,11 @@ class StepWatch:
         hint = self._forget_heals(nodes)
         _logger.warning(
             "tfamp_rewrite: this session closed with its loss inf/nan again after its last heal "
-            "(%d step(s) skipped on it, %d applied since), with %d node(s) still %s: its heal(s) "
-            "of computed values did not keep its steps finite, so most likely they fail in "
-            "float32 too (a learning rate that diverges), and later sessions of this process "
-            "start without them (%s)%s" % (
-                skipped, applied, self.shadow.reports[-1].nodes_converted, self.shadow.dtype,
-                _some(nodes, 4), hint))
+            "(%d step(s) skipped on it, %d applied since), with no node left in %s: its "
+            "heal(s) of computed values did not keep its steps finite, so most likely they "
+            "fail in float32 too (a learning rate that diverges), and later sessions of this "
+            "process start without them (%s)%s" % (
+                skipped, applied, self.shadow.dtype, _some(nodes, 4), hint))
 
     def _write_heal_file(self) -> None:
         """Writes the kept nodes and the heals to ``heal_file`` (doctor/heal_files.py)."""
