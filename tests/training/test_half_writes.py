@@ -182,6 +182,32 @@ def test_a_half_value_scaled_in_float32_inside_a_while_loop_is_said(monkeypatch,
     assert error() < 1e-5
 
 
+@pytest.mark.parametrize("update", ["pagerank", "increment"])
+def test_a_half_value_plus_a_term_is_said_and_an_increment_is_not(caplog, update):
+    """PageRank's r = 0.85 * M @ r + 0.15 / n: the float32 sum ended the walk before the
+    half MatMul, and the ranks held float16's precision unsaid.  A step w - lr * g added
+    to the variable itself is an increment, rounded as a step only: not said."""
+    graph = tf.Graph()
+    with graph.as_default():
+        links = tf.constant(np.random.RandomState(0).dirichlet(np.ones(64), 64).T.astype(np.float32))
+        r = tf1.Variable(tf.fill([64, 1], 1.0 / 64), name="ranks")
+        if update == "pagerank":
+            new = 0.85 * tf.matmul(links, r, name="spread") + 0.15 / 64
+        else:
+            new = r - 0.01 * tf.matmul(links, r, name="spread")
+        step = tf1.assign(r, new, name="step")
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(step.op)
+    said = [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+    if update == "increment":
+        assert said == []
+        return
+    (line,) = said
+    assert "'step' stores in float32 variable 'ranks' a value float16 computes ('spread'" in line
+
+
 def test_an_average_float32_computes_is_not_said(caplog):
     error, said = aggregated("sum", caplog)
     assert error < 1e-6 and said == []

@@ -40,6 +40,8 @@ PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Trans
 # float32 ops that scale a value, keeping its relative error: EM's M-step stores
 # matmul(r, x) / n, the half MatMul's rounding scaled (the division itself rounds nothing)
 _SCALING = frozenset({"Mul", "RealDiv", "Div", "Neg"})
+_SUMS = frozenset({"Add", "AddV2", "Sub", "AddN"})
+_READS = frozenset({"Identity", "ReadVariableOp"})
 _FRAME = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch", "RefSwitch",
                     "NextIteration", "RefNextIteration", "Identity"})
 
@@ -69,17 +71,20 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
             continue
         if node.attr[_DTYPE_ATTR[node.op]].type != _DT_FLOAT:
             continue  # only a float32 variable loses bits this way
-        keep, computing = rounding_upstream(parse_input(node.input[index])[0], node_by_name, converted)
+        keep, computing = rounding_upstream(parse_input(node.input[index])[0], node_by_name, converted,
+                                            variable=parse_input(node.input[0])[0])
         if computing:
             found.append(HalfWrite(node.name, parse_input(node.input[0])[0], computing[0].name,
                                    computing[0].op, tuple(keep)))
     return found
 
 
-def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, passing=PASS_THROUGH):
+def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, passing=PASS_THROUGH,
+                      variable: str = None):
     """``(keep, computing)`` for the value node ``name`` computes: the converted nodes up from
-    it through those passing values on (``passing``) and float32 scalings (``_SCALING``),
-    all of them, in walk order; and the NodeDefs of those among them that compute new
+    it through those passing values on (``passing``), float32 scalings (``_SCALING``) and
+    float32 sums (``_SUMS``) -- but a sum with the stored ``variable`` itself, an increment
+    -- all of them, in walk order; and the NodeDefs of those among them that compute new
     values (which round to half)."""
     keep, computing, stack, seen = [], [], [name], set()
     while stack:
@@ -88,8 +93,10 @@ def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, pa
             continue
         if not converted(node.name):
             # a float32 scaling keeps the half value's relative error; a TF1 loop's frame
-            # passes the body's value out (an EM M-step iterated in a while loop)
-            if node.op in _SCALING or node.op in _FRAME:
+            # passes the body's value out (an EM M-step iterated in a while loop); a sum adds
+            # a term to it (PageRank's 0.85 * M @ r + 0.15 / n), unless it adds to the variable
+            if node.op in _SCALING or node.op in _FRAME or (
+                    node.op in _SUMS and not _reads_directly(node, variable, node_by_name)):
                 seen.add(node.name)
                 stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
             continue
@@ -100,6 +107,20 @@ def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, pa
         else:
             computing.append(node)
     return keep, computing
+
+
+def _reads_directly(node, variable: str, node_by_name: Callable) -> bool:
+    """Whether an input of ``node`` is ``variable`` (a name) or a read of it."""
+    if variable is None:
+        return False
+    for text in node.input:
+        if text.startswith("^"):
+            continue
+        source = node_by_name(parse_input(text)[0])
+        if source is not None and (source.name == variable or (
+                source.op in _READS and source.input and parse_input(source.input[0])[0] == variable)):
+            return True
+    return False
 
 
 def say_half_writes(writes: List[HalfWrite], dtype: str) -> None:
