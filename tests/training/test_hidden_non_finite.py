@@ -366,6 +366,29 @@ def test_a_gather_given_indices_half_nodes_computed_out_of_bounds_names_them(cap
         np.testing.assert_allclose(kept.run("sampled:0", feed), expected, rtol=1e-6)
 
 
+def test_a_decomposition_of_a_chain_of_half_products_names_the_whole_chain(caplog):
+    """Classical MDS: the eigendecomposition of -J D2 J / 2 failed, the line named the last
+    MatMul, and with it kept float32 the run failed again on the first one."""
+    points = np.random.RandomState(0).uniform(0, 1000, (50, 2)).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(points)
+        squared = tf.reduce_sum(tf.square(x[:, None] - x[None]), -1)  # past 65504
+        centering = tf.eye(50) - tf.ones([50, 50]) / 50.0
+        gram = -0.5 * tf.matmul(tf.matmul(centering, squared, name="left"), centering, name="right")
+        values, _ = tf1.self_adjoint_eig(gram, name="eig")
+    with tf1.Session(graph=graph) as plain:
+        expected = plain.run(values)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            session.run(values)
+    (line,) = [line for line in ours(caplog) if "decomposes a matrix" in line]
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1).split(",")
+    assert {"^left$", "^right$"} <= set(setting)
+    with Session(graph=graph, nodes_to_exclude=setting) as kept:
+        np.testing.assert_allclose(kept.run(values)[-2:], expected[-2:], rtol=1e-4)
+
+
 @pytest.mark.parametrize("check", ["assert_less", "check_numerics"])
 def test_a_check_failing_every_run_inside_a_while_loop_is_healed(caplog, check):
     """A check in a while loop's body on a MatMul past float16: every run failed before the

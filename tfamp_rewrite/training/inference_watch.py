@@ -57,7 +57,7 @@ UNCHECKED_EARLY = 2   # ... and each kind of run's second run is not checked (mo
 # TensorFlow's own lookup of a failing node (Session._do_call) matches the first "[[" of the
 # message, which may be a printed value ("[[-nan]..."): the name is read from its tag.
 _FAILED_NODE = re.compile(r"\{\{node ([^}\s]+)\}\}")
-_MOST_INDEX_NODES = 32  # of the half region the indices of a failed gather come from
+_MOST_REGION_NODES = 32  # of the half region a failed gather's indices or decomposition come from
 _OUT_OF_BOUNDS = re.compile(r"is not in \[|does not index into|out of range|out of bounds")
 _ACCUMULATOR_PUSHES = {"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
                        "SparseAccumulatorApplyGradient"}
@@ -266,22 +266,22 @@ class InferenceWatch:
         """User names of the half nodes nearest up from private op ``failed`` that compute
         the values it reads, past those passing values on (a max, a switch, a reshape) and
         casts the rewrite added: keeping them float32 keeps what passes them on float32."""
-        user_graph = self.shadow.user_graph
-
-        def passes(op):
-            return op.type in PASS_THROUGH or not has_operation(user_graph, self.shadow.user_name(op.name))
-
         return sorted({self.shadow.user_name(op.name)
-                       for op in nearest_half_producers(failed, self.shadow.computes_in_half, passes)})
+                       for op in nearest_half_producers(failed, self.shadow.computes_in_half, self._passes)})
+
+    def _passes(self, op) -> bool:
+        """Whether private ``op`` only passes values on: a max, a switch, a reshape, or a
+        cast or rounding the rewrite added."""
+        added = not has_operation(self.shadow.user_graph, self.shadow.user_name(op.name))
+        return op.type in PASS_THROUGH or added
 
     def _say_decomposition_failed(self, failed) -> None:
         """Says, once, a matrix decomposition (private op ``failed``) that failed on a matrix
-        half nodes computed, naming the nearest of them: the run raised, so no later run
-        may come to look for them, and the program may end here."""
+        half nodes computed, naming the half region it came from: the run raised, so no
+        later run may come to look for them, and the program may end here."""
         dtype = self.shadow.dtype
         self._say_failed_on_half_values(
-            failed, sorted({self.shadow.user_name(op.name)
-                            for op in nearest_half_producers(failed, self.shadow.computes_in_half)}),
+            failed, self._half_region_up_from(failed),
             "which decomposes a matrix that %s nodes computed" % dtype,
             "a %s value past %s's range makes it inf/nan, and %s's rounding can leave a "
             "covariance or kernel matrix no longer positive definite" % (dtype, dtype, dtype))
@@ -296,35 +296,32 @@ class InferenceWatch:
 
     def _say_indexing_failed(self, failed) -> None:
         """Says, once, a gather or scatter (private op ``failed``) given indices out of bounds
-        that half nodes computed (a bilinear sampler's pixel coordinates), naming the
-        nearest of them: float16 rounds a clip's bound of W - 1.001 up to W - 1, positions
-        past 2048 to its spacing, and a value past its range is inf (INT_MIN once cast)."""
-        indices = failed.inputs[INDICES_INPUT[failed.type]].op
-        user_graph = self.shadow.user_graph
-
-        def passes(op):
-            return op.type in PASS_THROUGH or not has_operation(user_graph, self.shadow.user_name(op.name))
-
-        # the nearest half nodes up from the indices (past integer arithmetic and casts), and
-        # the half region they extend up: keeping the Floor alone float32 still floors the
-        # clip's rounded bound, and the MatMul before it rounds the positions
-        def half(op):
-            return self.shadow.computes_in_half(op) and not passes(op)
-
-        region, stack = set(), ([indices] if half(indices) else
-                                nearest_half_producers(indices, self.shadow.computes_in_half, passes))
-        while stack and len(region) < _MOST_INDEX_NODES:
-            op = stack.pop()
-            if op not in region and (half(op) or passes(op)):
-                region.add(op)
-                stack.extend(t.op for t in op.inputs)
-        producers = [op for op in region if half(op)]
+        that half nodes computed (a bilinear sampler's pixel coordinates), naming them:
+        float16 rounds a clip's bound of W - 1.001 up to W - 1, positions past 2048 to its
+        spacing, and a value past its range is inf (INT_MIN once cast)."""
         dtype = self.shadow.dtype
         self._say_failed_on_half_values(
-            failed, sorted({self.shadow.user_name(op.name) for op in producers}),
+            failed, self._half_region_up_from(failed.inputs[INDICES_INPUT[failed.type]].op),
             "whose indices %s nodes computed" % dtype,
             "%s rounds positions past 2048 to its spacing and a clip's bound (W - 1.001) to W - 1, "
             "and a value past its range is inf, the lowest integer once cast" % dtype)
+
+    def _half_region_up_from(self, op) -> List[str]:
+        """User names of the half nodes nearest up from private ``op`` (past float32 and
+        integer arithmetic, casts, nodes passing values on) and of the half region they
+        extend up: keeping a Floor alone float32 still floors the clip's rounded bound, and
+        keeping the last MatMul of a chain (MDS's J @ D2 @ J) leaves the first overflowing."""
+        def half(each):
+            return self.shadow.computes_in_half(each) and not self._passes(each)
+
+        region, stack = set(), ([op] if half(op) else
+                                nearest_half_producers(op, self.shadow.computes_in_half, self._passes))
+        while stack and len(region) < _MOST_REGION_NODES:
+            each = stack.pop()
+            if each not in region and (half(each) or self._passes(each)):
+                region.add(each)
+                stack.extend(t.op for t in each.inputs)
+        return sorted({self.shadow.user_name(each.name) for each in region if half(each)})
 
     def _say_failed_on_half_values(self, failed, half: List[str], given: str, why: str) -> None:
         """Says, once, that a run failed in private op ``failed``, ``given`` values the user
