@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from model_graphs import control_flow_v1
 
 from tfamp_rewrite.training import devices
 from tfamp_rewrite.training.session import Session
@@ -69,3 +70,33 @@ def test_an_angle_or_an_index_half_nodes_compute_is_said_with_the_nodes_to_keep(
     setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1)
     with Session(graph=graph, nodes_to_exclude=setting.split(",")) as kept:
         np.testing.assert_allclose(kept.run(fetch, feed), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_convergence_test_on_half_iterates_is_said_and_its_setting_converges(caplog):
+    """PageRank by power iteration in a TF1 while loop until the L1 change is below 1e-6:
+    the half MatMul's iterates stall a part in 2048 away, and the loop ran to its cap of
+    3000 for float32's 14 iterations, unsaid."""
+    rng = np.random.RandomState(0)
+    links = (rng.rand(200, 200) < 0.02).astype(np.float32)
+    degree = links.sum(1, keepdims=True)
+    google = (0.85 * np.where(degree > 0, links / np.maximum(degree, 1), 1.0 / 200) + 0.15 / 200).T
+    graph = tf.Graph()
+    with graph.as_default(), control_flow_v1():
+        matrix = tf.constant(google.astype(np.float32))
+
+        def body(i, ranks, change):
+            spread = tf.matmul(matrix, ranks, name="spread")
+            spread = spread / tf.reduce_sum(spread)
+            return i + 1, spread, tf.reduce_sum(tf.abs(spread - ranks))
+
+        iterations, _, _ = tf1.while_loop(lambda i, r, change: tf.logical_and(change > 1e-6, i < 500), body,
+                                          [0, tf.fill([200, 1], 1.0 / 200), tf.constant(1.0)])
+    with tf1.Session(graph=graph) as plain:
+        expected = plain.run(iterations)
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), Session(graph=graph) as session:
+        assert session.run(iterations) > 2 * expected
+    (line,) = [r.getMessage() for r in caplog.records if "decides a while loop" in r.getMessage()]
+    setting = re.search(r"TFAMP_REWRITE_NODES_TO_EXCLUDE='([^']*)'", line).group(1)
+    assert setting == "^while/spread$"
+    with Session(graph=graph, nodes_to_exclude=[setting]) as kept:
+        assert kept.run(iterations) == expected

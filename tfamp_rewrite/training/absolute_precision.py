@@ -1,7 +1,7 @@
 """Values whose absolute error shows, computed in half: angles and indices, said once.
 
 float16 keeps 11 significant bits: its spacing is 1 past 1024 and 8 past 8192.  Most
-values only need their relative precision, but two kinds need their absolute one:
+values only need their relative precision, but three kinds need their absolute one:
 
 * an angle a periodic function reads (``Sin``, ``Cos``, ``Tan``): a position or time
   encoding's ``sin(t @ freqs)`` with t up to 10000 (Time2Vec, Transformer-XL's
@@ -9,7 +9,10 @@ values only need their relative precision, but two kinds need their absolute one
   the MatMul or Einsum computing the angles runs in half;
 * a position cast to integer indices of a gather or scatter: a bilinear sampler's pixel
   coordinates from a homogeneous MatMul lose their fraction past 1024 (the interpolation
-  weight is 0), integers past 2048 are no longer exact.
+  weight is 0), integers past 2048 are no longer exact;
+* a convergence test deciding a TF1 while loop (``err > 1e-6`` on PageRank's iterates): a
+  half MatMul's iterates change by a part in 2048 and stall above the tolerance, and the
+  loop runs to its cap or for ever.
 
 TensorFlow's pass converts those MatMuls alike, and they compute no inf: nothing fails,
 the results are just worse.  ``half_absolute_reads`` finds the readers whose value a
@@ -42,7 +45,10 @@ _ROUNDINGS = frozenset({"Floor", "Ceil", "Round", "Rint"})
 _INTEGER_TYPES = frozenset({3, 9})  # types_pb2.DT_INT32, DT_INT64
 _DT_FLOAT = 1
 _MOST_STEPS = 8
-ANGLE, INDEX = "angle", "index"
+_COMPARISONS = frozenset({"Less", "Greater", "LessEqual", "GreaterEqual"})
+_LOGICAL = frozenset({"LogicalAnd", "LogicalOr", "LogicalNot", "Identity"})
+_MOST_WALKED = 64  # nodes up from a loop condition's comparison to the converted ones
+ANGLE, INDEX, TOLERANCE = "angle", "index", "tolerance"
 
 
 class AbsoluteRead(NamedTuple):
@@ -64,6 +70,9 @@ def half_absolute_reads(nodes: Iterable, node_by_name: Callable, converted: Call
     whether the rewrite converted it, ``readers_of(name)`` the NodeDefs reading its outputs."""
     found = []
     for node in nodes:
+        if node.op == "LoopCond":
+            found += _tolerances(node, node_by_name, converted)
+            continue
         if node.op in PERIODIC and not converted(node.name) and node.input:
             kind = ANGLE
         elif (node.op == "Cast" and node.attr["SrcT"].type == _DT_FLOAT
@@ -75,6 +84,39 @@ def half_absolute_reads(nodes: Iterable, node_by_name: Callable, converted: Call
                                             passing=PASS_THROUGH | _ROUNDINGS)
         if computing:
             found.append(AbsoluteRead(kind, node.name, node.op, computing[0].name, tuple(keep)))
+    return found
+
+
+def _tolerances(loop_cond, node_by_name: Callable, converted: Callable) -> List[AbsoluteRead]:
+    """The float comparisons deciding a TF1 while loop (``loop_cond``) whose operands
+    converted nodes inside the loop compute: a convergence test ``err > 1e-6`` on a half
+    PageRank never passes, as float16 changes by a part in 2048."""
+    comparisons, stack, seen = [], [parse_input(loop_cond.input[0])[0]], set()
+    while stack:
+        node = node_by_name(stack.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op in _COMPARISONS and node.attr["T"].type == _DT_FLOAT:
+            comparisons.append(node)
+        elif node.op in _LOGICAL or node.op in ("Merge", "Switch"):
+            stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
+    found = []
+    for comparison in comparisons:
+        stack = [parse_input(text)[0] for text in comparison.input if not text.startswith("^")]
+        half, walked = [], set()
+        while stack and len(walked) < _MOST_WALKED:
+            node = node_by_name(stack.pop())
+            if node is None or node.name in walked or node.op in ("Enter", "RefEnter"):
+                continue  # an Enter's value comes from outside the loop
+            walked.add(node.name)
+            if converted(node.name):
+                half.append(node.name)
+            stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
+        computing = [name for name in half if node_by_name(name).op not in PASS_THROUGH]
+        if computing:
+            found.append(AbsoluteRead(TOLERANCE, comparison.name, comparison.op, computing[0],
+                                      tuple(sorted(computing))))
     return found
 
 
@@ -104,13 +146,17 @@ _WHY = {
     INDEX: "makes integer indices of a position %(dtype)s computes (%(node)r, %(op)s, converted): "
            "past 1024 the position rounds to whole units, so a bilinear sampler's fraction and "
            "weights are lost (a sub-pixel shift moves nothing), and past 2048 integers are not exact",
+    TOLERANCE: "decides a while loop by comparing a value %(dtype)s computes (%(node)r, %(op)s, "
+               "converted) with a bound: a convergence test may never pass, as %(dtype)s's values "
+               "change by a part in 2048 and its iterates stall above a tolerance such as 1e-6 "
+               "(the loop runs to its cap, or for ever)",
 }
 
 
 def say_absolute_reads(reads: List[AbsoluteRead], dtype: str, op_of: Callable) -> None:
     """Says the first read of each kind in ``reads``, once per process and kind;
     ``op_of(name)``: a user node's op type."""
-    for kind in (ANGLE, INDEX):
+    for kind in (ANGLE, INDEX, TOLERANCE):
         of_kind = [read for read in reads if read.kind == kind]
         if not of_kind:
             continue

@@ -472,7 +472,7 @@ class ShadowGraph:
         added = set(added)
         stores = [node for node in graph_def.node if node.name in added and node.op in STORE_OPS]
         readers = [node for node in graph_def.node if node.name in added
-                   and (node.op in PERIODIC or node.op == "Cast")]
+                   and (node.op in PERIODIC or node.op in ("Cast", "LoopCond"))]
         if not stores and not readers:
             return
         by_name = {node.name: node for node in graph_def.node}
