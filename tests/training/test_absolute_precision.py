@@ -13,17 +13,12 @@ import pytest
 import tensorflow as tf
 from model_graphs import control_flow_v1
 
-from tfamp_rewrite.training import devices
 from tfamp_rewrite.training.session import Session
 
 tf1 = tf.compat.v1
 
 
-@pytest.fixture(autouse=True)
-def emulated_cpu_sessions(monkeypatch):
-    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
-    monkeypatch.setattr(devices, "_logged", set())
+pytestmark = pytest.mark.usefixtures("cpu_target_and_fresh_log", "emulated_numerics")
 
 
 def encoding_graph():

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfamp_rewrite.training import devices
 from tfamp_rewrite.training.constants_past_half import ROUNDS_TO_INF
 from tfamp_rewrite.training.session import Session
 
@@ -18,11 +17,7 @@ tf1 = tf.compat.v1
 SAID = "rounds to inf"
 
 
-@pytest.fixture(autouse=True)
-def emulated_cpu_sessions(monkeypatch):
-    monkeypatch.setenv("TFAMP_REWRITE_TARGET", "cpu")
-    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
-    monkeypatch.setattr(devices, "_logged", set())
+pytestmark = pytest.mark.usefixtures("cpu_target_and_fresh_log", "emulated_numerics")
 
 
 def leapfrog_positions(largest_mass):

@@ -231,6 +231,18 @@ def overflow_net(input_scale=2000.0, pipeline=None, seed=0):
     return parts
 
 
+def healed_checkpoint(path):
+    """``(heals, prefix)`` of ``overflow_net`` trained 12 steps (its logits healed) and saved
+    at ``path`` by a Saver."""
+    parts = overflow_net()
+    with parts["graph"].as_default():
+        saver = tf1.train.Saver()
+    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
+        session.run(parts["init"])
+        train(parts, session, 12)
+        return session.heals, saver.save(session, path)
+
+
 def train(parts, session, steps, through="run"):
     """Runs ``steps`` training steps; returns their losses.  ``through="callable"``: by a
     callable made from options, as Keras in TF1 graph mode trains."""
@@ -1006,29 +1018,6 @@ def test_with_two_loss_scaled_optimizers_the_skip_line_names_the_step_that_skipp
     assert "training steps (those updating 'discriminator/w' and 1 more variable) were skipped" in settled
 
 
-def test_a_scale_that_falls_on_rare_batches_is_not_said_to_need_a_lower_start(caplog, monkeypatch):
-    """One batch in five has an input whose weight gradient overflows float16 at every scale
-    above 1: the scale falls a step per such batch, the others apply between them. That is
-    no initial scale too high, and no advice to start at the scale it fell to."""
-    monkeypatch.setenv("TFAMP_REWRITE_NUMERICS", "emulate")
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf1.placeholder(tf.float32, [1, 1], name="x")
-        w = tf1.get_variable("w", initializer=np.ones([1, 1], np.float32))
-        loss = tf.reduce_sum(0.5 * tf.square(tf.matmul(x, w)))
-        opt = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(1e-7), "dynamic")
-        train_op = opt.minimize(loss)
-        init = tf1.global_variables_initializer()
-    with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), tfamp_rewrite.Session(graph=graph) as session:
-        session.run(init)
-        for step in range(100):
-            session.run(train_op, {x: [[250.0 if step % 5 == 0 else 1.0]]})
-        assert not session.heals
-    (settled,) = [r.getMessage() for r in caplog.records if "skipped now and then" in r.getMessage()]
-    assert "applied between them" in settled and "INITIAL_LOSS_SCALE" not in settled
-    assert not [r for r in caplog.records if "fell far enough" in r.getMessage()]
-
-
 def _settled_line(monkeypatch, caplog, inputs, steps=100):
     """The settled line of a loss ``sum((x w)^2) / 2``, w = 1, trained on ``inputs(step)``
     as x: the weight gradient x^2 times the scale passes float16's range at large x."""
@@ -1048,6 +1037,16 @@ def _settled_line(monkeypatch, caplog, inputs, steps=100):
         assert not session.heals
     (settled,) = [r.getMessage() for r in caplog.records if "then steps applied at" in r.getMessage()]
     return settled
+
+
+def test_a_scale_that_falls_on_rare_batches_is_not_said_to_need_a_lower_start(caplog, monkeypatch):
+    """One batch in five has an input whose weight gradient overflows float16 at every scale
+    above 1: the scale falls a step per such batch, the others apply between them. That is
+    no initial scale too high, and no advice to start at the scale it fell to."""
+    settled = _settled_line(monkeypatch, caplog, lambda step: 250.0 if step % 5 == 0 else 1.0)
+    assert "skipped now and then" in settled
+    assert "applied between them" in settled and "INITIAL_LOSS_SCALE" not in settled
+    assert not [r for r in caplog.records if "fell far enough" in r.getMessage()]
 
 
 def test_a_scale_falling_on_every_third_batch_is_said_too_high_not_sparse(caplog, monkeypatch):
@@ -1312,13 +1311,7 @@ def test_a_resumed_run_writes_the_heals_it_restored_beside_its_own_checkpoints(t
     """A resumed process keeps the restored nodes float32 and heals nothing itself: the heal
     file it wrote beside its checkpoints listed the nodes, but 'heals': [] -- what was healed,
     and why, was lost after one resume."""
-    parts = overflow_net()
-    with parts["graph"].as_default():
-        saver = tf1.train.Saver()
-    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
-        session.run(parts["init"])
-        train(parts, session, 12)
-        prefix = saver.save(session, str(tmp_path / "first" / "model"))
+    _, prefix = healed_checkpoint(str(tmp_path / "first" / "model"))
     (healed,) = json.loads((tmp_path / "first" / heal_files.HEALS_BESIDE_CHECKPOINTS).read_text())["heals"]
     monkeypatch.setattr(heal_memory, "_healed_in_process", {})  # another process
     again = overflow_net()
@@ -2781,14 +2774,8 @@ def test_a_restored_heal_of_a_name_another_op_took_is_left_and_said(tmp_path, ca
 def test_an_evaluation_in_the_same_process_says_its_carried_heals_once(tmp_path, caplog, monkeypatch):
     """An Estimator's evaluation, in the process that healed: the heals carried in the
     process and the heal file beside the checkpoint keep the same nodes, and both said so."""
-    parts = overflow_net()
-    with parts["graph"].as_default():
-        saver = tf1.train.Saver()
-    with tfamp_rewrite.Session(graph=parts["graph"]) as session:
-        session.run(parts["init"])
-        train(parts, session, 12)
-        prefix = saver.save(session, str(tmp_path / "model"))
-    assert session.heals
+    heals, prefix = healed_checkpoint(str(tmp_path / "model"))
+    assert heals
     monkeypatch.setattr(devices, "_logged", set())
     again = overflow_net()
     with again["graph"].as_default():
