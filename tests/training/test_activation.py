@@ -775,3 +775,27 @@ def test_a_samplers_input_gradients_in_a_loop_without_backprop_are_said(monkeypa
             session.run(train, {positives: np.ones([16, 2], np.float32)})
     (said,) = [r.getMessage() for r in caplog.records if "uses them as values" in r.getMessage()]
     assert "('while/gradients')" in said
+
+
+def test_a_projection_run_after_a_loss_scaled_step_is_not_said_to_train_unscaled(monkeypatch, caplog):
+    """Projected gradient descent: x.assign(max(x, 0)) under a control dependency on the
+    loss-scaled step computes nothing from gradients, yet the run was said to train in
+    float16 without loss scaling."""
+    from tfamp_rewrite.training import devices
+
+    monkeypatch.setattr(devices, "_logged", set())
+    activation.enable_loss_scaling()
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf.constant(np.random.RandomState(0).rand(64, 32).astype(np.float32))
+        x = tf1.get_variable("x", [32, 1], initializer=tf1.zeros_initializer())
+        loss = tf.reduce_sum(tf.square(tf.matmul(a, x) - 1.0))
+        step = tf1.train.GradientDescentOptimizer(1e-3).minimize(loss)
+        with tf.control_dependencies([step]):
+            project = tf1.assign(x, tf.maximum(x, 0.0))
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        session.run(project)
+    assert not [r for r in caplog.records if "without loss scaling" in r.getMessage()]

@@ -75,9 +75,10 @@ def unscaled_updates(graph, dtype: str) -> List:
     if assigns:
         trainable = {v.op.name for v in graph.get_collection("trainable_variables")}
         assigns = [op for op in assigns if op.inputs[0].op.name in trainable]
-    if assigns:
-        from_gradients = downstream_of(graph, [op for op in graph.get_operations()
-                                                if GRADIENT_SCOPE.search(op.name)])
+    if assigns:  # values computed from gradients: a projection w.assign(max(w, 0)) after the
+        # step only waits on it
+        from_gradients = reachable([op for op in graph.get_operations() if GRADIENT_SCOPE.search(op.name)],
+                                   value_consumers)
         updates.extend(op for op in assigns if op in from_gradients)
     if updates:  # by a loss-scaled step, or from a loss the program scales (a fixed scale's)
         sources = ([s.all_finite.op for s in signals if s.all_finite.graph is graph]
