@@ -2815,3 +2815,33 @@ def test_a_float32_input_whose_large_column_no_half_node_reads_is_no_culprit(cap
             session.run(train_op, {x: inputs})
         assert not session.heals
     assert not culprit_messages(caplog)
+
+
+def test_weights_an_init_wrote_before_its_heal_are_said_as_such_and_the_heal_stays(caplog):
+    """Phase retrieval's spectral init: v assigned from a half Gram-matrix MatMul that
+    overflowed, healed; training then skipped on v's NaN, and the line said mixed precision
+    did not cause it and took the heal back for later sessions."""
+    rng = np.random.RandomState(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf.constant(rng.randn(1024, 64).astype(np.float32))
+        y = tf.constant((rng.randn(1024, 1) * 10).astype(np.float32) ** 2)
+        gram = tf.matmul(a * y, a, transpose_a=True, name="gram") / 1024.0  # 1e5 before the division
+        v = tf1.get_variable("v", initializer=tf.ones([64, 1]) / 8.0)
+        power = tf1.assign(v, tf.math.l2_normalize(tf.matmul(gram, v), 0))
+        loss = tf.reduce_mean(tf.square(tf.matmul(a, v) - 1.0))
+        optimizer = tfamp_rewrite.LossScaleOptimizer(tf1.train.GradientDescentOptimizer(0.1), "dynamic")
+        train_op = optimizer.minimize(loss)
+        init = tf1.global_variables_initializer()
+    with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), \
+            tfamp_rewrite.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(5):
+            session.run(power)
+        assert [h.nodes[:1] for h in session.heals] == [["gram"]]
+        for _ in range(20):
+            session.run(train_op)
+    (said,) = [r.getMessage() for r in caplog.records if "own weights are not finite" in r.getMessage()]
+    assert "Runs before a heal of this session wrote float16's inf/nan into 'v'" in said
+    assert "did not cause it" not in said and "start without them" not in said
+    assert "gram" in heal_memory.healed_in_this_process(graph)  # later sessions start healed

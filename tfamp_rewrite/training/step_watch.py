@@ -627,6 +627,16 @@ class StepWatch:
         """A clause naming the variables that writes computed from ``nodes`` (user graph)
         store in -- k-means' centroids assigned from an overflowed ArgMin: the runs before
         the heal wrote them from the inf/nan -- or ''."""
+        written = self._written_from(nodes)
+        if not written:
+            return ""
+        return ("; the runs before it wrote values computed from it into %s %s, which keep%s them "
+                "until written again" % ("variable" if len(written) == 1 else "variables",
+                                         _some(written, 3), "s" if len(written) == 1 else ""))
+
+    def _written_from(self, nodes: List[str]) -> List[str]:
+        """The variables (names) writes computed from ``nodes`` (user graph) store in, but
+        the loss scales'."""
         graph = self.shadow.user_graph
         ops = [graph.get_operation_by_name(name) for name in nodes if has_operation(graph, name)]
         scales = {v.op.name for v in loss_scale_variables(step_signals(graph))}
@@ -634,14 +644,9 @@ class StepWatch:
         # and sits in the skip cond whose predicate the gradients decide, but what it writes
         # is not computed from the healed nodes
         computed = reachable(ops, value_consumers)
-        written = sorted({written_variable(op) for op in computed
-                          if op.type in WRITE_OPS and len(op.inputs) > value_input(op.type)
-                          and op.inputs[value_input(op.type)].op in computed} - {None} - scales)
-        if not written:
-            return ""
-        return ("; the runs before it wrote values computed from it into %s %s, which keep%s them "
-                "until written again" % ("variable" if len(written) == 1 else "variables",
-                                         _some(written, 3), "s" if len(written) == 1 else ""))
+        return sorted({written_variable(op) for op in computed
+                       if op.type in WRITE_OPS and len(op.inputs) > value_input(op.type)
+                       and op.inputs[value_input(op.type)].op in computed} - {None} - scales)
 
     def _heal(self, heal: Heal, culprits: List[str], twins: List[str], then: str) -> None:
         """The heal itself: ``heal``'s nodes and their ``twins`` float32 from now on, kept in
@@ -762,10 +767,17 @@ class StepWatch:
         self._said_variables = True
         writers = {variable: write for write, variable in
                    unguarded_writes(self.shadow.user_graph).items() if variable in names}
+        # a phase retrieval's init assigned from a half MatMul that overflowed, since healed
+        before_heals = sorted(set(names) & set(self._written_from([n for h in self.heals for n in h.nodes])))
         if writers:
             variable, write = next(iter(writers.items()))
             cause = ("%r wrote a skipped step's inf/nan gradients into %r (said when it first "
                      "ran): compute it from finite gradients only" % (write, variable))
+        elif before_heals:
+            cause = ("Runs before a heal of this session wrote %s's inf/nan into %r (said with the "
+                     "heal): assign it again (run its initialization or the write once more), or "
+                     "restore it from a checkpoint saved before; the heal stays"
+                     % (self.shadow.dtype, before_heals[0]))
         elif all(n in self._variable_check.state for n in names):
             cause = ("A write of an earlier run put it there: one the session does not keep "
                      "inf/nan out of (it guards assignments, scatters and slice assignments of "
