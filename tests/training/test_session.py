@@ -1000,3 +1000,16 @@ def test_a_print_on_the_loss_prints_only_in_the_runs_fetching_it(cpu_target, cap
             session.run([train_op, loss], feed)
         fetched = capfd.readouterr().err.count("printed loss: ")
     assert (alone, fetched) == (0, 3)
+
+
+def test_fetching_none_raises_tensorflows_error_alone(cpu_target):
+    """tf.gradients of a value that does not depend on x is None; fetching it raised
+    TensorFlow's TypeError chained to a KeyError of the session's fetch cache."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [2], name="x")
+        (gradient,) = tf.gradients(tf.constant([1.0, 2.0]) * 2.0, [x])
+    with Session(graph=graph) as session:
+        with pytest.raises(TypeError, match="Cannot be None") as raised:
+            session.run(gradient, {x: [1.0, 2.0]})
+    assert raised.value.__context__ is None or not isinstance(raised.value.__context__, KeyError)

@@ -714,14 +714,17 @@ class ShadowGraph:
 
 
 def _memoised(cache, leaf, compute):
-    # Names never change and nodes are only ever added, so a mapping stays valid.
+    # Names never change and nodes are only ever added, so a mapping stays valid.  Computed
+    # outside the lookup's except clause: TensorFlow's error for a bad fetch (None, from a
+    # tf.gradients of an unconnected value) must not come chained to a KeyError of ours.
     try:
         return cache[leaf]
     except KeyError:
-        mapped = cache[leaf] = compute(leaf)
-        return mapped
+        pass
     except TypeError:  # an unhashable leaf
         return compute(leaf)
+    mapped = cache[leaf] = compute(leaf)
+    return mapped
 
 
 _LEAVES = (str, bytes, tf.Tensor, tf.Operation, tf.SparseTensor, tf.IndexedSlices)
