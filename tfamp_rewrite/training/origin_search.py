@@ -322,12 +322,17 @@ class OriginSearch:
                      "(said once)" % (self.shadow.dtype, variable, self.shadow.dtype,
                                       self.shadow.dtype, HEAL_FILE_ENV))
             return
+        fed_back = (" in these runs -- but this session healed a %s overflow before them: a value "
+                    "an earlier run computed and the program feeds back (an ICP or L-BFGS loop) "
+                    "carries that run's inf/nan, float16's where it overflowed there: start the "
+                    "loop again from its first value"
+                    % self.shadow.dtype if self._healed else "")
         log_once("tfamp_rewrite: the inf/nan of this session's runs starts outside %s: %s %r "
                  "holds it before any %s node reads it, so mixed precision did not cause it%s "
                  "(said once)" % (self.shadow.dtype, "the fed value" if origin.kind == FED
                                   else "the float32 value", origin.tensor, self.shadow.dtype,
                                   " in these runs (a write of an earlier run put it in variable %r)"
-                                  % variable if variable else ""))
+                                  % variable if variable else fed_back))
 
     def returned_from_state(self, found) -> None:
         """A run with no half node to look at returned inf/nan (``found``: the fetch holding
