@@ -1845,6 +1845,39 @@ def test_a_nan_loss_hook_stops_a_run_whose_loss_is_inf_in_float32_too(caplog):
     assert any("NanTensorHook: the loss was inf in a skipped step" in r.getMessage() for r in caplog.records)
 
 
+def test_a_nan_loss_hook_stops_a_run_whose_gradients_float32_makes_nan(caplog):
+    """A UMAP-like loss with pow(d, b) of a distance 0: the loss is finite, its gradient NaN
+    in float32.  Float32 applies it, its loss is NaN a step later and NanTensorHook raises;
+    loss scaling skipped every step, the loss stayed finite, and StopAtStepHook ended the run
+    quietly at global_step 0 with the program reporting success."""
+    from tfamp_rewrite.training import activation
+
+    graph = tf.Graph()
+    with graph.as_default():
+        start = np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 0.0]], np.float32)  # two points alike
+        points = tf1.get_variable("points", initializer=start)
+        distances = tf.reduce_sum(tf.square(points[:, None] - points[None]), -1)
+        loss = tf.reduce_mean(1.0 / (1.0 + tf.pow(distances, 0.8)))  # d = 0: a NaN gradient
+        global_step = tf1.train.get_or_create_global_step()
+        activation.enable_graph_rewrite()
+        activation.enable_loss_scaling()
+        train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
+        hooks = [tf1.train.StopAtStepHook(last_step=200), tf1.train.NanTensorHook(loss)]
+    runs = 0
+    try:
+        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), pytest.raises(
+                tf1.train.NanLossDuringTrainingError):
+            with graph.as_default(), tf1.train.MonitoredTrainingSession(
+                    hooks=hooks, save_summaries_steps=None, log_step_count_steps=None) as session:
+                while not session.should_stop() and runs < 300:
+                    runs += 1
+                    session.run([train_op, loss])
+    finally:
+        activation.deactivate()
+    assert any("skipped for good on inf/nan that float32 computes itself" in r.getMessage()
+               for r in caplog.records)
+
+
 def test_a_nan_loss_hook_waits_on_an_evaluation_before_training_that_returned_nan(caplog):
     """The usual 'initial loss' print before training: its logits overflow float16, so the
     evaluation run returns NaN.  MonitoredTrainingSession runs the NanTensorHook on it too,

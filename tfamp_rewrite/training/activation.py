@@ -492,6 +492,14 @@ def _waiting_for_skipped_steps(original):
                          "never moves; float32 would have updated the weights with it and its NaN "
                          "loss would stop training one step later, so the hook stops it now")
                 return original(self, run_context, run_values._replace(results=np.float32("nan")))
+        if step_watch.float32s_own_since(getattr(self, "_tfamp_step_runs", 0)):
+            # a NaN gradient of float32's own (pow(0, 0.8)'s) with a finite loss: float32
+            # applies it, and its NaN loss stops training a step later
+            log_once("tfamp_rewrite: NanTensorHook: the step skipped for good on inf/nan that "
+                     "float32 computes itself (said above); float32 would have updated the weights "
+                     "with it and its NaN loss would stop training one step later, so the hook "
+                     "stops it now")
+            return original(self, run_context, run_values._replace(results=np.float32("nan")))
         return original(self, run_context, run_values)
 
     return after_run

@@ -61,6 +61,7 @@ class Episode:
     diagnosed_at_floor: bool = False    # a diagnosis ran with the scale at its floor
     diagnosed_for_loss: bool = False    # one was asked for as a step's loss was inf/nan
     named: bool = False                 # a culprit was named (the warning is given once)
+    float32s_own: bool = False          # its inf/nan traced to float32 itself: no heal mends it
 
     @property
     def skipped(self) -> int:

@@ -101,6 +101,14 @@ def skipped_for_good_since(count: int) -> bool:
             and getattr(_step_runs, "recovering", None) is None)
 
 
+def float32s_own_since(count: int) -> bool:
+    """True if this thread's last loss-scaled step run, since ``step_runs_so_far()`` was
+    ``count``, skipped for good on inf/nan the session traced to float32 itself (a float32
+    op turning finite values inf/nan, fed inf/nan, weights holding them): float32 would have
+    applied them, and its loss turned NaN a step later (activation.py's NanTensorHook)."""
+    return skipped_for_good_since(count) and getattr(_step_runs, "float32s_own", False)
+
+
 def frozen_since(count: int) -> bool:
     """True if this thread ran a loss-scaled step since ``step_runs_so_far()`` was ``count``,
     and by the last such run, ``FROZEN_AFTER`` runs in a row had skipped every step they
@@ -109,11 +117,13 @@ def frozen_since(count: int) -> bool:
     return step_runs_so_far() > count and getattr(_step_runs, "frozen", False)
 
 
-def _record_step_run(recovering_graph, skipped: bool = False, frozen: bool = False) -> None:
+def _record_step_run(recovering_graph, skipped: bool = False, frozen: bool = False,
+                     float32s_own: bool = False) -> None:
     _step_runs.count = step_runs_so_far() + 1
     _step_runs.recovering = recovering_graph
     _step_runs.skipped = skipped
     _step_runs.frozen = frozen
+    _step_runs.float32s_own = float32s_own
 
 
 AUTO_FIX_ENV = "TFAMP_REWRITE_AUTO_FIX"
@@ -387,7 +397,11 @@ class StepWatch:
             frozen = self._skipped_for_good >= FROZEN_AFTER
             if frozen:
                 self._say_frozen()
+            float32s_own = bool(skipped) and all(self._guard(signals[i]).episode is not None
+                                                 and self._guard(signals[i]).episode.float32s_own
+                                                 for i in skipped)
             _record_step_run(self.shadow.user_graph if recovering else None, skipped=bool(skipped),
+                             float32s_own=float32s_own,
                              frozen=frozen)
 
     def _say_frozen(self) -> None:
@@ -468,6 +482,7 @@ class StepWatch:
             state = [n for n in nonfinite if n in self._variable_check.state]
             if len(state) < len(nonfinite):  # the weights themselves
                 guard.diagnosed(named=True)
+                guard.episode.float32s_own = True
                 self._say_variables_not_finite(nonfinite, guard)
                 continue
             # a fed inf/nan is no culprit's doing, and what reads it is its victim
@@ -487,8 +502,10 @@ class StepWatch:
                 self._named(finding, guard, signals, run_private, _whose_steps(signals[i], len(signals) > 1))
                 return
             if finding is not None:
+                guard.episode.float32s_own = True
                 self._say_made_in_float32(finding.float32_origins[0], guard)
             elif fed:
+                guard.episode.float32s_own = True
                 self._say_feeds_not_finite(fed, guard)
             elif guard.at_floor:
                 self._nothing_found(guard)
