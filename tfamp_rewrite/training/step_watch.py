@@ -348,9 +348,10 @@ class StepWatch:
         if self._diagnosis is None:
             if not _said_probing:
                 _said_probing = True
-                log_info("tfamp_rewrite: adding range probes for the graph's %s tensors, to diagnose "
-                         "(once per graph, and again after each heal; on a graph of thousands of nodes "
-                         "this takes a while)" % self.shadow.dtype)
+                log_info("tfamp_rewrite: adding range probes for the graph's %s tensors and the "
+                         "float32 values around them, to diagnose (once per graph, and again after "
+                         "each heal; on a graph of thousands of nodes this takes a while)"
+                         % self.shadow.dtype)
             user_def, result = self.shadow.half_rewrite()
             self._diagnosis = StepDiagnosis(user_def, result.graph_def, result.report, self.shadow.graph,
                                             self.shadow.private_name, limits_for(self.shadow.dtype))
@@ -685,7 +686,8 @@ class StepWatch:
                       "other values: SSIM's other filters)"
                       % (_some(layers, 4), "s" if len(layers) > 1 else "") if layers else "")
         if reads:
-            with_twins += ", and %s, computing the weights %s read" % (
+            # "weights": values of constants and variables alone (a portfolio's share counts too)
+            with_twins += ", and %s, computing the weights %s read (from constants and variables)" % (
                 _some(sorted(reads), 4), "they" if len(culprits) + len(layers) > 1 else "it")
         users = [n for n in culprits if not added_by_the_plugin(n)] or culprits
         _logger.warning("tfamp_rewrite: healed: %s now float32%s (%d node(s) still %s)%s%s" % (
