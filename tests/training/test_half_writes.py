@@ -208,6 +208,37 @@ def test_a_half_value_plus_a_term_is_said_and_an_increment_is_not(caplog, update
     assert "'step' stores in float32 variable 'ranks' a value float16 computes ('spread'" in line
 
 
+def test_an_unrolled_carry_is_kept_float32_whole_by_the_setting_said(monkeypatch, caplog):
+    """A truncated learned-optimizer unroll: theta + theta @ w three times, stored back.  The
+    line named the last sum and MatMul; kept float32, the write still stored the earlier
+    sums' half theta, and each rerun moved the line one step up the chain."""
+    graph = tf.Graph()
+    with graph.as_default():
+        theta_variable = tf1.get_variable("theta", initializer=tf.ones([4, 4]) * 0.3, trainable=False)
+        w = tf1.get_variable("w", initializer=tf.eye(4) * 1e-3)
+        theta = theta_variable.read_value()
+        for _ in range(3):
+            theta = theta + tf.matmul(theta, w)
+        carry = tf1.assign(theta_variable, theta, name="carry")
+        init = tf1.global_variables_initializer()
+
+    def carried():
+        with caplog.at_level(logging.INFO, logger="tfamp_rewrite"), \
+                tfamp_rewrite.Session(graph=graph) as session:
+            session.run(init)
+            for _ in range(50):
+                session.run(carry.op)
+            return session.run(theta_variable)[0, 0]
+
+    assert abs(carried() - 0.3 * 1.001 ** 150) > 1e-4
+    (line,) = [r.getMessage() for r in caplog.records if SAID in r.getMessage()]
+    caplog.clear()
+    monkeypatch.setattr(devices, "_logged", set())
+    monkeypatch.setenv(devices.NODES_TO_EXCLUDE_ENV, re.search(r"EXCLUDE='([^']*)'", line).group(1))
+    assert abs(carried() - 0.3 * 1.001 ** 150) < 1e-5
+    assert not [r for r in caplog.records if SAID in r.getMessage()]  # nothing more to keep
+
+
 def test_an_average_float32_computes_is_not_said(caplog):
     error, said = aggregated("sum", caplog)
     assert error < 1e-6 and said == []

@@ -82,10 +82,11 @@ def half_written_variables(nodes: Iterable, node_by_name: Callable,
 def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, passing=PASS_THROUGH,
                       variable: str = None):
     """``(keep, computing)`` for the value node ``name`` computes: the converted nodes up from
-    it through those passing values on (``passing``), float32 scalings (``_SCALING``) and
-    float32 sums (``_SUMS``) -- but a sum with the stored ``variable`` itself, an increment
-    -- all of them, in walk order; and the NodeDefs of those among them that compute new
-    values (which round to half)."""
+    it through those passing values on (``passing``), converted sums (which round, and pass
+    their summands' rounding on), float32 scalings (``_SCALING``) and float32 sums
+    (``_SUMS``) -- but a sum with the stored ``variable`` itself, an increment -- all of
+    them, in walk order; and the NodeDefs of those among them that compute new values
+    (which round to half)."""
     keep, computing, stack, seen = [], [], [name], set()
     while stack:
         node = node_by_name(stack.pop(0))
@@ -106,6 +107,9 @@ def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, pa
             stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
         else:
             computing.append(node)
+            if node.op in _SUMS:  # a sum passes on its summands' rounding too: an unrolled
+                # carry theta + f(theta) keeps every step's half theta unless all are kept
+                stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))
     return keep, computing
 
 
