@@ -95,3 +95,18 @@ def test_fixes_name_every_node_holding_the_tensor_and_the_list_edit():
     assert [(r.kind, r.node) for r in risks] == [("overflow", "sq"), ("underflow", "tiny")]
     kept = keep_float32(risks, "float16")
     assert set(kept) == {"sq", "mm2", "tiny"} and "it reads 'sq:0'" in kept["mm2"]
+
+
+def test_op_type_edits_leave_out_ops_that_only_pass_values_on():
+    """A backward while loop healed whole: its Conv2DBackpropFilter beside Identity, Enter and
+    Reshape nodes.  DENYLIST_ADD=...,Identity,Enter,Reshape would keep every such node of
+    the model float32; the node-level exclusion names them all."""
+    nodes = [HalfNode("gradients/while/Conv2D_grad/Conv2DBackpropFilter", "Conv2DBackpropFilter", "allow"),
+             HalfNode("gradients/while/Identity_3", "Identity", "clear"),
+             HalfNode("gradients/while/Enter_2", "Enter", "clear"),
+             HalfNode("gradients/while/Reshape", "Reshape", "clear")]
+    fix = fix_for(nodes)
+    assert fix.lists == {"allow_remove": ["Conv2DBackpropFilter"], "deny_add": ["Conv2DBackpropFilter"]}
+    assert len(fix.nodes_to_exclude) == 4
+    movers = fix_for(nodes[1:])  # nothing computes: the movers' types are the only edit there is
+    assert movers.lists["deny_add"] == ["Identity", "Enter", "Reshape"]

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
+from ..graph_rewrite.emulation import VALUE_PRESERVING_OPS
 from .limits import HalfLimits
 from .probes import INTEGER_RESULTS, HalfNode
 from .ranges import TensorRange
@@ -86,7 +87,11 @@ def fix_for(nodes: List[HalfNode]) -> Fix:
     deny: List[str] = []
     # a Shape kept float32 changes nothing, and listing its type would keep every shape float32
     named = [node for node in nodes if not added_by_the_plugin(node.name) and node.op not in INTEGER_RESULTS]
-    for node in named:
+    # nor do the op-type edits list ops that only pass values on (an Identity, a loop's Enter,
+    # a Reshape) beside ones computing them: every such node of the model would stay float32;
+    # the node-level exclusion names them
+    typed = [node for node in named if node.op not in VALUE_PRESERVING_OPS] or named
+    for node in typed:
         if node.op in deny:
             continue
         deny.append(node.op)
