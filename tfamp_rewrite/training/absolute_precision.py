@@ -6,7 +6,8 @@ values only need their relative precision, but three kinds need their absolute o
 * an angle a periodic function reads (``Sin``, ``Cos``, ``Tan``): a position or time
   encoding's ``sin(t @ freqs)`` with t up to 10000 (Time2Vec, Transformer-XL's
   ``einsum('i,j->ij', pos, inv_freq)``, random Fourier features) loses its phase where
-  the MatMul or Einsum computing the angles runs in half;
+  the MatMul or Einsum computing the angles runs in half (an angle an elementwise chain
+  computes, a pendulum's ``th + dt * om`` in radians, keeps its relative precision: unsaid);
 * a position cast to integer indices of a gather or scatter: a bilinear sampler's pixel
   coordinates from a homogeneous MatMul lose their fraction past 1024 (the interpolation
   weight is 0), integers past 2048 are no longer exact;
@@ -27,7 +28,7 @@ from typing import Callable, Iterable, List, NamedTuple, Tuple
 
 from ..graph_rewrite.graph_view import parse_input
 from .devices import log_once, nodes_to_exclude_setting
-from .half_writes import PASS_THROUGH, rounding_upstream
+from .half_writes import PASS_THROUGH
 
 PERIODIC = frozenset({"Sin", "Cos", "Tan"})
 # Ops reading integer indices, and which input: their kernels reject one out of bounds on
@@ -45,6 +46,8 @@ _ROUNDINGS = frozenset({"Floor", "Ceil", "Round", "Rint"})
 _INTEGER_TYPES = frozenset({3, 9})  # types_pb2.DT_INT32, DT_INT64
 _DT_FLOAT = 1
 _MOST_STEPS = 8
+_PRODUCTS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
+_BIAS_ADDS = frozenset({"BiasAdd", "Add", "AddV2"})
 _COMPARISONS = frozenset({"Less", "Greater", "LessEqual", "GreaterEqual"})
 _LOGICAL = frozenset({"LogicalAnd", "LogicalOr", "LogicalNot", "Identity"})
 _MOST_WALKED = 64  # nodes up from a loop condition's comparison to the converted ones
@@ -80,11 +83,35 @@ def half_absolute_reads(nodes: Iterable, node_by_name: Callable, converted: Call
             kind = INDEX
         else:
             continue
-        keep, computing = rounding_upstream(parse_input(node.input[0])[0], node_by_name, converted,
-                                            passing=PASS_THROUGH | _ROUNDINGS)
-        if computing:
-            found.append(AbsoluteRead(kind, node.name, node.op, computing[0].name, tuple(keep)))
+        path = _product_path(parse_input(node.input[0])[0], node_by_name, converted)
+        if path:
+            found.append(AbsoluteRead(kind, node.name, node.op, path[-1],
+                                      tuple(name for name in path if converted(name))))
     return found
+
+
+def _product_path(name: str, node_by_name: Callable, converted: Callable) -> List[str]:
+    """The nodes from ``name`` up to a converted product (a MatMul, an Einsum) that computes
+    the value, past nodes that only pass values on or round them, and at most one bias
+    added; empty where none does.  A product's sums reach the thousands (t @ freqs + b,
+    [x y 1] @ A); an elementwise chain (a pendulum's th + dt * om, in radians, its om from a
+    half controller) keeps its relative precision."""
+    path: List[str] = []
+    node, biased = node_by_name(name), False
+    while node is not None and len(path) < _MOST_STEPS:
+        path.append(node.name)
+        if node.op in _PRODUCTS:
+            return path if converted(node.name) else []
+        inputs = [node_by_name(parse_input(text)[0]) for text in node.input if not text.startswith("^")]
+        if node.op in _BIAS_ADDS and not biased:
+            biased = True
+            products = [each for each in inputs if each is not None and each.op in _PRODUCTS]
+            node = products[0] if products else None
+        elif node.op in PASS_THROUGH or node.op in _ROUNDINGS:
+            node = inputs[0] if inputs else None
+        else:
+            return []
+    return []
 
 
 def _tolerances(loop_cond, node_by_name: Callable, converted: Callable) -> List[AbsoluteRead]:
