@@ -1832,19 +1832,27 @@ def test_a_nan_loss_hook_stops_a_run_whose_loss_is_inf_in_float32_too(caplog):
         activation.enable_loss_scaling()   # zero-code: the optimizer is wrapped
         train_op = tf1.train.AdamOptimizer(1e-3).minimize(loss, global_step=global_step)
         hooks = [tf1.train.StopAtStepHook(last_step=5), tf1.train.NanTensorHook(loss)]
+    assert _runs_until_the_nan_hook_stops(caplog, graph, [train_op, loss], hooks, most=50) < 10
+    assert any("NanTensorHook: the loss was inf in a skipped step" in r.getMessage() for r in caplog.records)
+
+
+def _runs_until_the_nan_hook_stops(caplog, graph, fetches, hooks, most: int) -> int:
+    """Runs ``fetches`` in a MonitoredTrainingSession with ``hooks`` (zero-code AMP on) until
+    NanTensorHook raises, as it must before ``most`` runs; returns how many ran."""
+    from tfamp_rewrite.training import activation
+
     runs = 0
     try:
         with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), pytest.raises(
                 tf1.train.NanLossDuringTrainingError):
             with graph.as_default(), tf1.train.MonitoredTrainingSession(
                     hooks=hooks, save_summaries_steps=None, log_step_count_steps=None) as session:
-                while not session.should_stop() and runs < 50:
+                while not session.should_stop() and runs < most:
                     runs += 1
-                    session.run([train_op, loss])
+                    session.run(fetches)
     finally:
         activation.deactivate()
-    assert runs < 10
-    assert any("NanTensorHook: the loss was inf in a skipped step" in r.getMessage() for r in caplog.records)
+    return runs
 
 
 def test_a_nan_loss_hook_stops_a_run_whose_gradients_float32_makes_nan(caplog):
@@ -1865,17 +1873,7 @@ def test_a_nan_loss_hook_stops_a_run_whose_gradients_float32_makes_nan(caplog):
         activation.enable_loss_scaling()
         train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
         hooks = [tf1.train.StopAtStepHook(last_step=200), tf1.train.NanTensorHook(loss)]
-    runs = 0
-    try:
-        with caplog.at_level(logging.WARNING, logger="tfamp_rewrite"), pytest.raises(
-                tf1.train.NanLossDuringTrainingError):
-            with graph.as_default(), tf1.train.MonitoredTrainingSession(
-                    hooks=hooks, save_summaries_steps=None, log_step_count_steps=None) as session:
-                while not session.should_stop() and runs < 300:
-                    runs += 1
-                    session.run([train_op, loss])
-    finally:
-        activation.deactivate()
+    _runs_until_the_nan_hook_stops(caplog, graph, [train_op, loss], hooks, most=300)
     assert any("skipped for good on inf/nan that float32 computes itself" in r.getMessage()
                for r in caplog.records)
 
