@@ -19,6 +19,7 @@ from typing import Dict, List
 import numpy as np
 from tensorflow.core.framework import types_pb2
 
+from ..doctor.fixes import added_by_the_plugin
 from ..graph_rewrite.graph_view import parse_input
 from .devices import log_once
 
@@ -36,7 +37,6 @@ _ALL_BUT_LAST = frozenset({"ConcatV2"})  # the axis last
 _ALL = frozenset({"Pack"})
 _MOST_SAID = 3
 _MOST_WALKED = 64  # nodes up from a cast to the constants it passes on
-_HELPER_SCOPE = "/tfamp_"  # nodes the session adds beside a user node: "<node>/tfamp_.../..."
 
 
 class ConstantsPastHalf:
@@ -72,7 +72,7 @@ class ConstantsPastHalf:
         """Says once that ``found`` (a rewrite's, over its rounds) are kept float32, and why;
         nodes the session added (a histogram filter's bound, float32's largest value) are
         kept unsaid."""
-        found = {reader: constant for reader, constant in found.items() if _HELPER_SCOPE not in reader}
+        found = {reader: constant for reader, constant in found.items() if not added_by_the_plugin(reader)}
         if not found:
             return
         constants: Dict[str, List[str]] = {}

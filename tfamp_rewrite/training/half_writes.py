@@ -29,12 +29,13 @@ _DTYPE_ATTR = {"Assign": "T", "AssignVariableOp": "dtype"}
 _DT_FLOAT = 1  # types_pb2.DT_FLOAT
 # ops whose outputs are among their inputs' values (they round nothing of their own): the
 # write names the node computing the value, past them
+# a TF1 loop's or cond's value passes through its frame's nodes
+_FRAME = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch", "RefSwitch",
+                    "NextIteration", "RefNextIteration"})
 PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Transpose", "Relu", "Relu6",
-                           "Maximum", "Minimum", "Max", "Min", "ClipByValue", "Abs", "Neg", "Select",
-                           "SelectV2", "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2", "Tile",
-                           # a TF1 loop's or cond's value passes through its frame's nodes
-                           "Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch",
-                           "RefSwitch", "NextIteration", "RefNextIteration"})
+                          "Maximum", "Minimum", "Max", "Min", "ClipByValue", "Abs", "Neg", "Select",
+                          "SelectV2", "ConcatV2", "Pack", "Slice", "StridedSlice", "GatherV2",
+                          "Tile"}) | _FRAME
 
 
 # float32 ops that scale a value, keeping its relative error: EM's M-step stores
@@ -42,8 +43,6 @@ PASS_THROUGH = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "Trans
 _SCALING = frozenset({"Mul", "RealDiv", "Div", "Neg"})
 _SUMS = frozenset({"Add", "AddV2", "Sub", "AddN"})
 _READS = frozenset({"Identity", "ReadVariableOp"})
-_FRAME = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "Switch", "RefSwitch",
-                    "NextIteration", "RefNextIteration", "Identity"})
 
 
 class HalfWrite(NamedTuple):
@@ -96,7 +95,7 @@ def rounding_upstream(name: str, node_by_name: Callable, converted: Callable, pa
             # a float32 scaling keeps the half value's relative error; a TF1 loop's frame
             # passes the body's value out (an EM M-step iterated in a while loop); a sum adds
             # a term to it (PageRank's 0.85 * M @ r + 0.15 / n), unless it adds to the variable
-            if node.op in _SCALING or node.op in _FRAME or (
+            if node.op in _SCALING or node.op in _FRAME or node.op == "Identity" or (
                     node.op in _SUMS and not _reads_directly(node, variable, node_by_name)):
                 seen.add(node.name)
                 stack.extend(parse_input(text)[0] for text in node.input if not text.startswith("^"))

@@ -304,15 +304,20 @@ class _RewritingSession:
         values, extra_values = self._run_base((mapped, extra), feeds, options, run_metadata,
                                               elements, fed)
         if watched is not None:
-            heals_before = len(self._watch.heals)
-            self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
-            self._inference.search.healed_by_a_step(
-                [n for heal in self._watch.heals[heals_before:] for n in heal.nodes])
+            self._watch_steps(extra_values, probe_ids, feeds)
         self._judge_run(checks, extra_values.get("checks"), steps_before, fetches, values,
                         hidden, extra_values.get("hidden"), extra_values.get("steps"), infers)
         if checkpoint is not None:
             self._carry_heals(*checkpoint, elements)
         return values
+
+    def _watch_steps(self, extra_values, probe_ids=(), feeds=None) -> None:
+        """The step watch's look at a run's steps (StepWatch.after_run); a heal it makes of
+        the node an origin search looks for ends that search (OriginSearch.healed_by_a_step)."""
+        heals_before = len(self._watch.heals)
+        self._watch.after_run(extra_values, probe_ids, self._run_private, feeds)
+        self._inference.search.healed_by_a_step(
+            [n for heal in self._watch.heals[heals_before:] for n in heal.nodes])
 
     def _left_to_the_loss_scale(self, elements, fed) -> bool:
         """Whether a run of no step accumulating loss-scaled gradients
@@ -568,10 +573,7 @@ class _RewritingSession:
             if steps:
                 step_values = nest.pack_sequence_as(
                     steps, list(results[len(fetches):len(fetches) + len(step_tensors)]))
-                heals_before = len(self._watch.heals)
-                self._watch.after_run({"steps": step_values}, (), self._run_private)
-                self._inference.search.healed_by_a_step(
-                    [n for heal in self._watch.heals[heals_before:] for n in heal.nodes])
+                self._watch_steps({"steps": step_values})
             after_steps = len(fetches) + len(step_tensors)
             check_values = results[after_steps:after_steps + len(check_tensors)]
             self._judge_run(checks, check_values if checks else None, steps_before,

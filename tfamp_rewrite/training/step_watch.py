@@ -54,7 +54,7 @@ from .skip_guard import SkipGuard
 from .state_guard import WRITE_OPS, value_input, written_variable
 from .step_diagnosis import Culprit, Finding, Float32Origin, StepDiagnosis
 from .step_signals import has_step_signals, loss_scale_variables, step_signals
-from .twins import twin_nodes, weight_producers
+from .twins import DATA_INPUT_OPS, twin_nodes, weight_producers
 from .unscaled_training import unguarded_writes
 from .variable_check import VariableCheck
 
@@ -140,8 +140,7 @@ _said_probing_pause = False  # a long first probed step: said once per process
 PAUSE_SAID_AFTER = 5.0  # seconds: a first probed step slower than this is said
 _FAILING_AGAIN = 2  # steps skipped on an inf/nan loss since the last heal, the last one too
 # a heal's culprit of these ops is an input past half's range: the data's, kept at any close
-_INPUT_OPS = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
-                        "QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2", "Const"})
+_INPUT_OPS = DATA_INPUT_OPS | {"IteratorGetNextSync", "Const"}
 # Applied steps per skipped one, at least, of a fall said to come from some batches only (a
 # skip every other step is a scale too high for most batches, falling)
 SPARSE_SKIPS_APART = 3

@@ -151,11 +151,12 @@ def _weights_only(tensor) -> bool:
 _STRUCTURE = frozenset({"Const", "Shape", "ShapeN", "Size", "Rank"})
 # Data, and what only a network's activations go through: a convolution or a pooling of a
 # variable is an image optimized as a variable (neural style, DeepDream), not a weight.
-_NOT_WEIGHTS = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "QueueDequeueV2",
-                          "QueueDequeueManyV2", "QueueDequeueUpToV2", "RandomUniform",
-                          "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt",
-                          "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MaxPool", "MaxPoolV2",
-                          "AvgPool", "AvgPool3D", "MaxPool3D"})
+# the ops a graph's data comes in by
+DATA_INPUT_OPS = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "QueueDequeueV2",
+                            "QueueDequeueManyV2", "QueueDequeueUpToV2"})
+_NOT_WEIGHTS = DATA_INPUT_OPS | frozenset({
+    "RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt",
+    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MaxPool", "MaxPoolV2", "AvgPool", "AvgPool3D", "MaxPool3D"})
 
 
 def _same_network_layer(op, head: str, other, other_head: str) -> bool:
